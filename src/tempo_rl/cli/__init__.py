@@ -1,0 +1,56 @@
+"""The ``tempo-rl`` command line: ``tempo-rl <command> ...``.
+
+Each command lives in its own module under :mod:`tempo_rl.cli` and exposes two functions:
+``add_parser(subparsers)`` (registers its argparse sub-parser and sets ``func``) and the ``func`` it sets, which
+takes the parsed ``argparse.Namespace`` and returns a process exit code. Commands are imported lazily so that
+``tempo-rl --help`` needs no optional dependency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from tempo_rl._version import __version__
+
+#: command name -> module (relative to tempo_rl.cli) that registers it
+COMMANDS: dict[str, str] = {
+    "train": "train",
+    "eval": "evaluate",
+    "plot": "plot",
+    "check-replay": "check_replay",
+    "data": "data",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every available sub-command registered."""
+    parser = argparse.ArgumentParser(prog="tempo-rl", description="Long-horizon RL for LLM agents with TEMPO.")
+    parser.add_argument("--version", action="version", version=f"tempo-rl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        try:
+            module = importlib.import_module(f"tempo_rl.cli.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"tempo_rl.cli.{module_name}":
+                continue  # command not built yet
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tempo-rl`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    code = args.func(args)
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from tempo_rl.cli import main
+
+sys.exit(main())

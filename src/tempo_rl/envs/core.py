@@ -1,0 +1,135 @@
+"""The environment contract: what an adapter implements and what every step returns.
+
+An adapter author subclasses :class:`ReplayableEnv` and implements two methods:
+
+* ``reset(seed) -> Observation``: start a new episode. The same ``seed`` (and constructor arguments) must
+  always give the same initial observation.
+* ``step(action) -> StepResult``: apply one text action. Given the same seed and the same action history the
+  env must return the same observations: that determinism is what lets tempo-rl restore any intermediate
+  state by replaying its action history (and verify every replayed observation). An action the env does not
+  accept is **not** an exception: return the env's own feedback (e.g. ``"Nothing happens."``) as the
+  observation, with whatever reward and termination the env's rules give.
+
+Optional overrides:
+
+* ``privileged_info() -> str | None``: critic-only text (an expert walkthrough, hidden rules, game source).
+  It is never put in an actor prompt.
+* ``fork() -> ReplayableEnv``: an exact, independent native copy of the live state (``supports_fork`` must
+  then return True). Restoring through ``fork`` costs O(1) in the episode length instead of O(depth).
+* ``walkthrough() -> tuple[str, ...] | None``: an expert action sequence from the reset state (warm starts).
+* ``state_fingerprint() -> str | None``: a cheap exact digest of the hidden state (e.g. the PDDL fact set).
+  When available, replay verifies it at every step in addition to the observation text.
+* ``close()``: release processes, files and sockets.
+
+Gymnasium semantics for the two end flags (they decide TEMPO's bootstrap):
+
+* ``terminated``: the episode reached a terminal state of the MDP (won, lost). The value of what follows is
+  0 by definition; TEMPO never bootstraps it.
+* ``truncated``: the episode was cut for a reason outside the MDP (a step limit). The future still has
+  value; TEMPO bootstraps it with the critic's estimate V_hat.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Observation", "ReplayableEnv", "StepResult"]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the agent sees after ``reset`` or ``step``.
+
+    Attributes:
+        text: the observation text shown to the actor. Never contains privileged information.
+        admissible_actions: the actions the env accepts in this state, when the env knows them (``None`` when
+            it does not). Order is meaningful (it is shown to the actor) and must be deterministic.
+        info: free-form diagnostics (JSON-serialisable values preferred). Not shown to the actor unless an
+            adapter's prompt builder chooses to. The key ``"task"`` by convention carries the task sentence.
+    """
+
+    text: str
+    admissible_actions: tuple[str, ...] | None = None
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The outcome of one ``step``.
+
+    Attributes:
+        observation: the next observation.
+        reward: the scalar reward of this transition (environment units; TEMPO's R_max bounds the sum).
+        terminated: the MDP reached a terminal state (no bootstrap).
+        truncated: the episode was cut by a limit outside the MDP (bootstrap with V_hat).
+        info: free-form diagnostics, e.g. ``{"won": True}`` or ``{"admissible": False}``.
+    """
+
+    observation: Observation
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        """True when the episode is over for any reason (``terminated or truncated``)."""
+        return self.terminated or self.truncated
+
+
+class ReplayableEnv(abc.ABC):
+    """A deterministic text environment that can be restored by replaying its action history.
+
+    Subclasses implement :meth:`reset` and :meth:`step`; everything else has a working default.
+    See the module docstring for the full contract.
+    """
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> Observation:
+        """Start a new episode and return its first observation.
+
+        Args:
+            seed: selects the instance for seeded envs. ``None`` means the env's default instance; it must
+                still be deterministic.
+        """
+
+    @abc.abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply one text action. Rejected actions return the env's feedback, never raise."""
+
+    def privileged_info(self) -> str | None:
+        """Critic-only information about the current episode (walkthrough, hidden rules, source), or None."""
+        return None
+
+    @property
+    def supports_fork(self) -> bool:
+        """True when :meth:`fork` returns an exact independent copy of the live state."""
+        return type(self).fork is not ReplayableEnv.fork
+
+    def fork(self) -> ReplayableEnv:
+        """Return an exact, independent copy of the live state. Optional; see :attr:`supports_fork`."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement fork(); restore replays instead")
+
+    def walkthrough(self) -> tuple[str, ...] | None:
+        """An expert action sequence that solves the episode from its reset state, or None when unknown.
+
+        Used for supervised warm starts and as part of the critic's privileged information; never shown to
+        the actor.
+        """
+        return None
+
+    def state_fingerprint(self) -> str | None:
+        """A cheap exact digest of the hidden state, or None when the env offers none."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release resources (processes, files). Idempotent."""
+
+    def __enter__(self) -> ReplayableEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
