@@ -8,14 +8,14 @@ adapters), so the trainer never knows which one it drives.
 Loss semantics (per datum, summed over target positions t; ``A`` = advantages, ``lp_old`` = sampler logprobs):
 
 * ``importance_sampling``: ``-sum_t exp(lp_theta_t - lp_old_t) * A_t``
-* ``ppo``: ``-sum_t min(rho_t * A_t, clip(rho_t, low, high) * A_t)`` with ``rho_t = exp(lp_theta_t - lp_old_t)``
-  and ratio bounds ``loss_fn_config = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}``
+* ``ppo``: ``-sum_t min(rho_t * A_t, clip(rho_t, low, high) * A_t)``, ``rho_t = exp(lp_theta_t - lp_old_t)``,
+  with ratio bounds ``loss_fn_config = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}``
 * ``cross_entropy``: ``-sum_t w_t * lp_theta_t`` (``weights`` default 1)
 
 Datum layout (PyTRIO's): ``model_input`` = tokens[:-1]; ``loss_fn_inputs["target_tokens"]`` = tokens[1:]
-(int64); ``logprobs`` / ``advantages`` / ``weights`` are float32 arrays of the same length. Context tokens carry
-logprob 0 and advantage 0; sampled tokens carry their sampled logprob and the advantage. The one-token shift
-is done by tempo-rl (see :mod:`tempo_rl.rollout.datums`), never by the service.
+(int64); ``logprobs`` / ``advantages`` / ``weights`` are float32 arrays of the same length. Context tokens
+carry logprob 0 and advantage 0; sampled tokens carry their sampled logprob and the advantage. The one-token
+shift is done by tempo-rl (see :mod:`tempo_rl.rollout.datums`), never by the service.
 """
 
 from __future__ import annotations

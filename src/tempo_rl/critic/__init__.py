@@ -1,0 +1,50 @@
+"""The critic: a contract for K value estimates of a state, and the generative critic.
+
+``parse_value`` reads ``<value>x</value>`` strictly (last match, finite, clipped to ``[0, R_max]``);
+``GenerativeCritic`` prompts the policy model with the task, the condensed history and privileged
+information; ``endpoint_value`` averages E endpoint estimates (NaN when none parsed) and ``bootstrap_value``
+values terminated branches at 0.
+"""
+
+from tempo_rl.critic.base import (
+    Critic,
+    CriticEstimates,
+    CriticQuery,
+    CriticSample,
+    Turn,
+    bootstrap_value,
+    endpoint_value,
+)
+from tempo_rl.critic.generative import GenerativeCritic, RenderFn, as_render_fn, status_counts
+from tempo_rl.critic.parse import ValueParse, ValueStatus, classify_value, parse_value, validate_r_max
+from tempo_rl.critic.prompt import (
+    DEFAULT_CRITIC_SYSTEM_PROMPT,
+    Message,
+    build_critic_messages,
+    condense_history,
+    kept_turns,
+)
+
+__all__ = [
+    "DEFAULT_CRITIC_SYSTEM_PROMPT",
+    "Critic",
+    "CriticEstimates",
+    "CriticQuery",
+    "CriticSample",
+    "GenerativeCritic",
+    "Message",
+    "RenderFn",
+    "Turn",
+    "ValueParse",
+    "ValueStatus",
+    "as_render_fn",
+    "bootstrap_value",
+    "build_critic_messages",
+    "classify_value",
+    "condense_history",
+    "endpoint_value",
+    "kept_turns",
+    "parse_value",
+    "status_counts",
+    "validate_r_max",
+]

@@ -29,7 +29,10 @@ def observation_digest(observation: Observation) -> str:
     Both are part of what the agent sees, so both must replay identically.
     """
     payload = json.dumps(
-        [observation.text, list(observation.admissible_actions) if observation.admissible_actions is not None else None],
+        [
+            observation.text,
+            list(observation.admissible_actions) if observation.admissible_actions is not None else None,
+        ],
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -50,7 +53,9 @@ class EnvSpec(BaseModel):
         try:
             json.dumps(value)
         except TypeError as exc:
-            raise ValueError(f"env kwargs must be JSON-serialisable so snapshots can be stored: {exc}") from exc
+            raise ValueError(
+                f"env kwargs must be JSON-serialisable so snapshots can be stored: {exc}"
+            ) from exc
         return value
 
     def key(self) -> str:
@@ -70,6 +75,9 @@ class Snapshot(BaseModel):
         state_digests: optional per-observation hidden-state fingerprints (same length, entries may be None).
         last_observation: the text of the final observation (for diffs and prompt building).
         last_admissible: the admissible actions at the final observation, when known.
+        observation_texts: optional full texts of every observation (same length as ``observation_digests``),
+            kept only so that a replay divergence can show a diff of expected vs actual text at any step.
+            Not part of :attr:`id`; digests remain the source of truth.
         round_index: the number of env steps taken (``len(actions)``).
     """
 
@@ -83,6 +91,7 @@ class Snapshot(BaseModel):
     state_digests: tuple[str | None, ...] | None = None
     last_observation: str = ""
     last_admissible: tuple[str, ...] | None = None
+    observation_texts: tuple[str, ...] | None = None
 
     @field_validator("format_version")
     @classmethod
@@ -105,6 +114,10 @@ class Snapshot(BaseModel):
             )
         if self.state_digests is not None and len(self.state_digests) != len(self.observation_digests):
             raise ValueError("state_digests must have the same length as observation_digests")
+        if self.observation_texts is not None and len(self.observation_texts) != len(
+            self.observation_digests
+        ):
+            raise ValueError("observation_texts must have the same length as observation_digests")
         return self
 
     @property

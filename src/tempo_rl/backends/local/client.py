@@ -1,0 +1,423 @@
+"""The local (torch) backend: a training client and snapshot sampling clients, fully offline.
+
+:class:`LocalTrainingClient` owns a causal LM, its tokenizer and an Adam optimizer. ``forward_backward``
+accumulates gradients of the summed loss (see :mod:`tempo_rl.backends.local.losses`); ``optim_step`` clips the
+global gradient norm (when ``grad_clip_norm > 0``), applies one decoupled-weight-decay Adam step with PyTRIO's
+parameters and clears the gradients. ``save_weights_and_get_sampling_client`` returns a
+:class:`LocalSamplingClient` over a *copy* of the current weights: later training never changes it.
+
+Concurrency: ``sample_async`` calls issued together on one event loop (e.g. ``asyncio.gather`` over N
+branches) are coalesced into one batched forward per decode step (an asyncio micro-batcher: the first request
+schedules a flush with ``loop.call_soon``, so every request enqueued in the same loop tick joins it), and the
+batch runs in a worker thread so the event loop keeps stepping environments meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tempo_rl._optional import require
+from tempo_rl.backends.local.losses import compute_loss
+from tempo_rl.backends.local.model import forward_logits
+from tempo_rl.backends.local.sampling import SampleRequest, sample_batch, validate_request
+from tempo_rl.backends.types import (
+    AdamParams,
+    Datum,
+    ForwardBackwardOutput,
+    LossFn,
+    SampleResult,
+    SamplingParams,
+    Tokenizer,
+)
+from tempo_rl.backends.validation import IGNORE_INDEX, validate_datums, validate_loss_fn
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["CHECKPOINT_NAME_RE", "LocalSamplingClient", "LocalTrainingClient", "check_checkpoint_name"]
+
+#: PyTRIO's checkpoint-name rule, enforced everywhere so that a name valid locally is valid on the service
+CHECKPOINT_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?$")
+
+
+def check_checkpoint_name(name: str) -> str:
+    """Return ``name`` or raise ``ValueError`` when PyTRIO would reject it."""
+    if not CHECKPOINT_NAME_RE.match(name):
+        raise ValueError(
+            f"checkpoint name {name!r} is invalid: use letters, digits, '.', '_' and '-', starting with a "
+            "letter or digit and not ending with '.' (e.g. 'step-000010')"
+        )
+    return name
+
+
+def _vocab_size(model: Any) -> int:
+    return int(model.get_input_embeddings().weight.shape[0])
+
+
+def _max_positions(model: Any) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+class LocalSamplingClient:
+    """Samples from a fixed set of weights (see :mod:`tempo_rl.backends.local.sampling` for the semantics).
+
+    Args:
+        model: causal LM; switched to eval mode and never trained through this client.
+        tokenizer: the tokenizer (decoding, default EOS stop).
+        device: torch device holding ``model``.
+        seed: seeds the generator used by requests whose ``SamplingParams.seed`` is None.
+        max_batch_rows: most completions decoded in one batch (larger coalesced batches are split).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Tokenizer,
+        *,
+        device: str = "cpu",
+        seed: int = 0,
+        max_batch_rows: int = 64,
+    ) -> None:
+        torch = require("torch", "local")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.vocab_size = _vocab_size(model)
+        self.max_batch_rows = max_batch_rows
+        self._generator = torch.Generator(device="cpu")
+        self._generator.manual_seed(seed)
+        self._lock = threading.Lock()
+        self._pending: dict[
+            asyncio.AbstractEventLoop, list[tuple[SampleRequest, asyncio.Future[SampleResult]]]
+        ]
+        self._pending = {}
+        #: number of batched sampling computations run, and requests served (coalescing = requests / batches)
+        self.batches_run = 0
+        self.requests_served = 0
+
+    # ---- sampling
+    def _request(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> SampleRequest:
+        req = SampleRequest(tuple(int(t) for t in prompt), int(num_samples), params)
+        validate_request(req, self.vocab_size, _max_positions(self.model))
+        return req
+
+    def _run(self, reqs: Sequence[SampleRequest]) -> list[SampleResult]:
+        out: list[SampleResult] = []
+        chunk: list[SampleRequest] = []
+        rows = 0
+        with self._lock:
+            for r in [*reqs, None]:
+                if r is None or (chunk and rows + r.num_samples > self.max_batch_rows):
+                    out.extend(
+                        sample_batch(
+                            self.model, self.tokenizer, chunk, device=self.device, generator=self._generator
+                        )
+                    )
+                    self.batches_run += 1
+                    chunk, rows = [], 0
+                if r is not None:
+                    chunk.append(r)
+                    rows += r.num_samples
+            self.requests_served += len(reqs)
+        return out
+
+    def sample(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> SampleResult:
+        """``num_samples`` completions of ``prompt`` (one batched computation)."""
+        return self._run([self._request(prompt, num_samples, params)])[0]
+
+    async def sample_async(
+        self, prompt: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> SampleResult:
+        """Like :meth:`sample`; concurrent calls on one event loop are coalesced into one batch."""
+        req = self._request(prompt, num_samples, params)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[SampleResult] = loop.create_future()
+        pending = self._pending.setdefault(loop, [])
+        pending.append((req, fut))
+        if len(pending) == 1:
+            loop.call_soon(self._flush, loop)
+        return await fut
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._pending.pop(loop, [])
+        if not batch:
+            return
+
+        async def run() -> None:
+            try:
+                results = await asyncio.to_thread(self._run, [r for r, _ in batch])
+            except BaseException as exc:  # deliver the failure to every waiter
+                for _, f in batch:
+                    if not f.done():
+                        f.set_exception(exc)
+                return
+            for (_, f), res in zip(batch, results):
+                if not f.done():
+                    f.set_result(res)
+
+        task = loop.create_task(run())
+        task.add_done_callback(lambda t: None)  # keep a reference until done
+
+    # ---- scoring
+    def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
+        """``[None, lp_1, ..., lp_{n-1}]``, ``lp_t = log p(tokens[t] | tokens[:t])`` under these weights."""
+        torch = require("torch", "local")
+        ids = [int(t) for t in tokens]
+        if not ids:
+            raise ValueError("compute_logprobs: empty token list")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"compute_logprobs: token ids {bad[:5]} outside [0, {self.vocab_size})")
+        if len(ids) == 1:
+            return [None]
+        with self._lock, torch.inference_mode():
+            x = torch.tensor([ids], dtype=torch.long, device=self.device)
+            logits, _ = forward_logits(self.model, x)
+            lp = torch.log_softmax(logits[0, :-1], dim=-1).gather(-1, x[0, 1:, None]).squeeze(-1)
+        return [None, *(float(v) for v in lp.tolist())]
+
+    async def compute_logprobs_async(self, tokens: Sequence[int]) -> list[float | None]:
+        """:meth:`compute_logprobs` in a worker thread."""
+        return await asyncio.to_thread(self.compute_logprobs, tokens)
+
+    def get_tokenizer(self) -> Tokenizer:
+        """The tokenizer of this model."""
+        return self.tokenizer
+
+
+class LocalTrainingClient:
+    """Trains a local causal LM with PyTRIO's ``forward_backward`` / ``optim_step`` semantics.
+
+    Args:
+        model: a causal LM (e.g. from :func:`~tempo_rl.backends.local.model.build_tiny_model`, optionally
+            wrapped by :func:`~tempo_rl.backends.local.model.apply_lora`: then only the adapter's parameters
+            train).
+        tokenizer: its tokenizer; ``len(tokenizer)`` must not exceed the model's vocabulary.
+        device: ``"cpu"``, ``"cuda"``, ...; the model is moved there.
+        seed: seed of sampling clients' default generators.
+        state_dir: where ``save_state(name)`` writes ``<name>.pt`` (created on demand).
+        max_tokens_per_chunk: ``forward_backward`` processes datums in chunks of at most this many padded
+            tokens (gradients accumulate across chunks, so the result does not depend on it).
+        max_batch_rows: passed to sampling clients.
+        num_threads: torch CPU threads (process-wide ``torch.set_num_threads``). ``None`` = automatic: 1
+            thread for a small model (< 20M parameters) on CPU, where multi-threading tiny matrix products
+            costs more than it saves (10-20x slower sampling measured on a loaded 2-core machine); torch's
+            default otherwise.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Tokenizer,
+        *,
+        device: str = "cpu",
+        seed: int = 0,
+        state_dir: str | Path = "checkpoints",
+        max_tokens_per_chunk: int = 16384,
+        max_batch_rows: int = 64,
+        num_threads: int | None = None,
+    ) -> None:
+        torch = require("torch", "local")
+        small = sum(p.numel() for p in model.parameters()) < 20_000_000
+        if num_threads is None and str(device).startswith("cpu") and small:
+            num_threads = 1
+        if num_threads is not None:
+            if num_threads < 1:
+                raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+            torch.set_num_threads(num_threads)
+        if len(tokenizer) > _vocab_size(model):
+            raise ValueError(
+                f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary is {_vocab_size(model)}; "
+                "build the model with vocab_size=len(tokenizer)"
+            )
+        self.model = model.to(device)
+        self.tokenizer = tokenizer
+        self.device = device
+        self.seed = seed
+        self.state_dir = Path(state_dir)
+        self.max_tokens_per_chunk = max_tokens_per_chunk
+        self.max_batch_rows = max_batch_rows
+        self.vocab_size = _vocab_size(model)
+        self._optimizer: Any = None
+        self._lock = threading.Lock()
+        self._snapshots = 0
+        #: optimizer steps taken, and the pre-clip global gradient norm of the last one
+        self.step = 0
+        self.last_grad_norm = 0.0
+
+    # ---- helpers
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _make_optimizer(self) -> Any:
+        torch = require("torch", "local")
+        if self._optimizer is None:
+            d = AdamParams()
+            self._optimizer = torch.optim.AdamW(
+                self._trainable(), lr=d.learning_rate, betas=(d.beta1, d.beta2), eps=d.eps, weight_decay=0.0
+            )
+        return self._optimizer
+
+    def _chunks(self, datums: Sequence[Datum]) -> list[list[Datum]]:
+        chunks: list[list[Datum]] = [[]]
+        width = 0
+        for d in datums:
+            w = max(width, len(d.model_input))
+            if chunks[-1] and w * (len(chunks[-1]) + 1) > self.max_tokens_per_chunk:
+                chunks.append([])
+                w = len(d.model_input)
+            chunks[-1].append(d)
+            width = w
+        return chunks
+
+    def _tensors(self, chunk: Sequence[Datum]) -> tuple[Any, Any, Any, dict[str, Any]]:
+        torch = require("torch", "local")
+        width = max(len(d.model_input) for d in chunk)
+        b = len(chunk)
+        ids = torch.zeros((b, width), dtype=torch.long)
+        attn = torch.zeros((b, width), dtype=torch.long)
+        tgt = torch.zeros((b, width), dtype=torch.long)
+        mask = torch.zeros((b, width), dtype=torch.float32)
+        floats = {
+            k: torch.zeros((b, width), dtype=torch.float32) for k in ("logprobs", "advantages", "weights")
+        }
+        present: set[str] = set()
+        for i, d in enumerate(chunk):
+            n = len(d.model_input)
+            ids[i, :n] = torch.tensor(d.model_input, dtype=torch.long)
+            attn[i, :n] = 1
+            t = np.asarray(d.loss_fn_inputs["target_tokens"], dtype=np.int64)
+            valid = t != IGNORE_INDEX
+            tgt[i, :n] = torch.from_numpy(np.where(valid, t, 0))
+            mask[i, :n] = torch.from_numpy(valid.astype(np.float32))
+            for k, arr in floats.items():
+                if k in d.loss_fn_inputs:
+                    arr[i, :n] = torch.from_numpy(np.asarray(d.loss_fn_inputs[k], dtype=np.float32))
+                    present.add(k)
+                elif k == "weights":
+                    arr[i, :n] = 1.0
+        inputs = {k: floats[k].to(self.device) for k in present}  # missing weights of a datum count as 1
+        return ids.to(self.device), attn.to(self.device), (tgt.to(self.device), mask.to(self.device)), inputs
+
+    # ---- protocol
+    def forward_backward(
+        self, datums: Sequence[Datum], loss_fn: LossFn, loss_fn_config: Mapping[str, Any] | None = None
+    ) -> ForwardBackwardOutput:
+        """Add the gradient of the summed loss over ``datums`` to the parameters' ``.grad``.
+
+        Returns:
+            ``loss`` (the summed loss) and metrics: ``tokens`` (model-input tokens), ``target_tokens``
+            (positions in the loss), ``datums``, and for the ratio losses ``ratio_mean`` / ``ratio_max`` (and
+            PPO's ``clip_fraction``), averaged over chunks weighted by their target tokens.
+        """
+        torch = require("torch", "local")
+        cfg = validate_loss_fn(loss_fn, loss_fn_config)
+        validate_datums(datums, self.vocab_size, loss_fn)
+        total = 0.0
+        n_tok = 0
+        n_tgt = 0.0
+        agg: dict[str, float] = {}
+        with self._lock:
+            self.model.train()
+            for chunk in self._chunks(datums):
+                ids, attn, (tgt, mask), inputs = self._tensors(chunk)
+                logits, _ = forward_logits(self.model, ids, attn)
+                lp = torch.log_softmax(logits, dim=-1).gather(-1, tgt[..., None]).squeeze(-1)
+                loss, metrics = compute_loss(loss_fn, lp, inputs, mask, cfg)
+                loss.backward()
+                total += float(loss.item())
+                n_tok += int(attn.sum().item())
+                m = float(mask.sum().item())
+                n_tgt += m
+                for k, v in metrics.items():
+                    agg[k] = max(agg.get(k, v), v) if k.endswith("_max") else agg.get(k, 0.0) + v * m
+            self.model.eval()
+        out = {k: (v if k.endswith("_max") else (v / n_tgt if n_tgt else 0.0)) for k, v in agg.items()}
+        out.update({"tokens": float(n_tok), "target_tokens": n_tgt, "datums": float(len(datums))})
+        return ForwardBackwardOutput(loss=total, metrics=out)
+
+    def optim_step(self, adam_params: AdamParams) -> None:
+        """Clip the accumulated gradient (global L2 norm <= ``grad_clip_norm`` when > 0), take one Adam step
+        ``p <- p - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p)`` (decoupled decay, AdamW) and zero
+        the gradients."""
+        torch = require("torch", "local")
+        a = adam_params
+        if a.learning_rate < 0 or not 0 <= a.beta1 < 1 or not 0 <= a.beta2 < 1 or a.eps <= 0:
+            raise ValueError(f"invalid AdamParams {a}: need lr >= 0, 0 <= beta1, beta2 < 1 and eps > 0")
+        with self._lock:
+            opt = self._make_optimizer()
+            for g in opt.param_groups:
+                g.update(lr=a.learning_rate, betas=(a.beta1, a.beta2), eps=a.eps, weight_decay=a.weight_decay)
+            params = self._trainable()
+            grads = [p.grad for p in params if p.grad is not None]
+            norm = (
+                torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+                if grads
+                else None
+            )
+            self.last_grad_norm = float(norm.item()) if norm is not None else 0.0
+            if a.grad_clip_norm > 0 and grads:
+                torch.nn.utils.clip_grad_norm_(params, a.grad_clip_norm)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            self.step += 1
+
+    def save_state(self, name: str) -> str:
+        """Write weights, optimizer state and step count to ``state_dir/<name>.pt``; return that path."""
+        torch = require("torch", "local")
+        check_checkpoint_name(name)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        path = self.state_dir / f"{name}.pt"
+        with self._lock:
+            state = {
+                "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+                "optimizer": None if self._optimizer is None else self._optimizer.state_dict(),
+                "step": self.step,
+            }
+            tmp = path.with_suffix(".pt.tmp")
+            torch.save(state, tmp)
+            tmp.replace(path)
+        return str(path)
+
+    def load_state(self, path: str) -> None:
+        """Restore weights, optimizer state and step count from a :meth:`save_state` file."""
+        torch = require("torch", "local")
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"no saved state at {p}; pass a path returned by save_state(name)")
+        state = torch.load(p, map_location=self.device, weights_only=True)
+        with self._lock:
+            self.model.load_state_dict(state["model"])
+            self._optimizer = None
+            if state.get("optimizer") is not None:
+                self._make_optimizer().load_state_dict(state["optimizer"])
+            self.step = int(state.get("step", 0))
+
+    def save_weights_and_get_sampling_client(self, name: str | None = None) -> LocalSamplingClient:
+        """A sampling client over a snapshot (deep copy) of the current weights; ``name`` is a label only."""
+        if name is not None:
+            check_checkpoint_name(name)
+        with self._lock:
+            snapshot = copy.deepcopy(self.model)
+        for p in snapshot.parameters():
+            p.requires_grad_(False)
+        self._snapshots += 1
+        return LocalSamplingClient(
+            snapshot,
+            self.tokenizer,
+            device=self.device,
+            seed=self.seed + self._snapshots,
+            max_batch_rows=self.max_batch_rows,
+        )
+
+    def get_tokenizer(self) -> Tokenizer:
+        """The tokenizer of this model."""
+        return self.tokenizer

@@ -1,0 +1,351 @@
+"""KeyDoor: a long-horizon corridor with delayed reward, where early key choices decide the outcome.
+
+The agent walks a corridor of rooms to the exit. Along the way, for each of ``keys`` locks:
+
+* a **clue** room shows a sign, ``"A sign shows a blue key."``;
+* a few rooms later a **key** room offers keys of several colours (``"Keys here: red, blue, green."``); taking
+  one (``take blue``) makes the others vanish, so the choice is final;
+* much later (after every key room) a **lock** room holds ``"A locked door."``; ``open door`` opens it only if
+  the agent carries the key of the colour its clue showed (the key is used up), else ``"The door stays
+  locked."`` and the corridor beyond is unreachable.
+
+The lock never names its colour, so the clue must be remembered from the sign until the key choice, and a
+wrong (or skipped-and-forgotten) choice early in the episode makes success impossible many steps later;
+nothing says "you lost": the episode simply runs to its step limit. Reward is 1 only on leaving through the
+exit (``terminated=True``); reaching ``horizon`` steps first gives ``truncated=True`` and reward 0. The
+horizon is a parameter; the corridor is sized so that the expert walkthrough takes about ``horizon - max(3,
+horizon // 8)`` steps, so there is little slack for detours.
+
+Actions (2 words): ``go on``, ``go back``, ``take <colour>``, ``open door``. Anything else -> ``"Nothing
+happens."`` (a step is still used). Observations are short templated sentences (< 40 words): the step
+feedback, ``Room r of R.``, the room description, the carried keys and the steps left. Privileged info (critic
+only): the whole layout with the colour each lock needs, and the expert walkthrough.
+
+Why it is the TEMPO testbed: the probability of success after a random key choice is ``1 / colours`` per lock,
+so random play wins about ``colours ** -keys`` of episodes and trajectory-level GRPO sees mostly all-failure
+groups, whereas a critic with the layout can value a state right after each key choice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult
+
+__all__ = ["COLOURS", "KeyDoorEnv", "Room"]
+
+#: Key colours, in the order they are drawn from.
+COLOURS = ("red", "blue", "green", "yellow", "white")
+
+_TASK = "Reach the exit at the end of the corridor."
+
+
+@dataclass(frozen=True)
+class Room:
+    """One room of the corridor.
+
+    Attributes:
+        kind: ``"clue"``, ``"key"``, ``"lock"``, ``"plain"`` or ``"exit"``.
+        lock: the index of the lock this clue/key/lock room belongs to (-1 for plain and exit rooms).
+        colour: the colour the clue shows / the lock needs (``""`` otherwise).
+        offered: the key colours offered in a key room, in display order.
+    """
+
+    kind: str
+    lock: int = -1
+    colour: str = ""
+    offered: tuple[str, ...] = ()
+
+
+class KeyDoorEnv(ReplayableEnv):
+    """The KeyDoor corridor (see the module docstring for the rules).
+
+    Args:
+        horizon: the step limit, 12..200 (30-60 is the intended range).
+        keys: the number of clue/key/lock triples; default 2 below horizon 30, 3 below 50, else 4.
+        colours: how many key colours a key room offers, 2..5.
+        clue_gap: the number of empty rooms between each clue and its key room (0 = adjacent, so the clue is
+            the previous observation); ``None`` (default) draws the gaps at random with the layout. Fixing it
+            bounds how far back the actor must remember (a curriculum knob for small models).
+    """
+
+    def __init__(
+        self, horizon: int = 40, keys: int | None = None, colours: int = 3, clue_gap: int | None = None
+    ) -> None:
+        if not isinstance(horizon, int) or not 12 <= horizon <= 200:
+            raise ValueError(f"horizon must be an int in 12..200, got {horizon!r}")
+        if keys is None:
+            keys = 2 if horizon < 30 else 3 if horizon < 50 else 4
+        if not isinstance(keys, int) or keys < 1:
+            raise ValueError(f"keys must be an int >= 1, got {keys!r}")
+        if not isinstance(colours, int) or not 2 <= colours <= len(COLOURS):
+            raise ValueError(f"colours must be an int in 2..{len(COLOURS)}, got {colours!r}")
+        slack = max(3, horizon // 8)
+        # walkthrough length = rooms (one 'go on' each) + keys ('take') + keys ('open door')
+        #                     = (3 * keys + 1 + plain) + 2 * keys
+        plain = horizon - slack - (5 * keys + 1)
+        if plain < 1:
+            raise ValueError(
+                f"horizon {horizon} is too short for {keys} keys (needs >= {5 * keys + 2 + slack}); "
+                "raise horizon or lower keys"
+            )
+        max_gap = (plain - 1) // keys
+        if clue_gap is not None and (not isinstance(clue_gap, int) or not 0 <= clue_gap <= max_gap):
+            raise ValueError(
+                f"clue_gap must be None or an int in 0..{max_gap} for horizon {horizon} and {keys} keys, "
+                f"got {clue_gap!r}"
+            )
+        self.horizon = horizon
+        self.keys = keys
+        self.colours = colours
+        self.clue_gap = clue_gap
+        self._plain = plain
+        self._seed: int | None = None
+        self._rooms: tuple[Room, ...] = ()
+        self._room = 0
+        self._carried: list[str] = []
+        self._taken: list[bool] = []  # per room: the key choice was made (key rooms)
+        self._opened: list[bool] = []  # per room: the lock was opened (lock rooms)
+        self._steps = 0
+        self._done = False
+        self._won = False
+
+    # ------------------------------------------------------------------ layout
+    def _generate(self, seed: int | None) -> tuple[Room, ...]:
+        rng = random.Random(
+            f"keydoor:{self.horizon}:{self.keys}:{self.colours}:{0 if seed is None else seed}"
+        )
+        palette = list(COLOURS[: self.colours])
+        needed = [rng.choice(palette) for _ in range(self.keys)]
+        # gap slots: after each clue (before its key), after each key, before each lock; >= 1 before the locks
+        slots = 3 * self.keys  # gap i*2: clue i -> key i; i*2+1: after key i; 2*keys+i: before lock i
+        gaps = [0] * slots
+        gaps[2 * self.keys] = 1  # at least one plain room between the last key room and the first lock
+        free = [slot for slot in range(slots) if self.clue_gap is None or slot >= 2 * self.keys or slot % 2]
+        remaining = self._plain - 1
+        if self.clue_gap is not None:
+            for i in range(self.keys):
+                gaps[2 * i] = self.clue_gap
+            remaining -= self.clue_gap * self.keys
+        for _ in range(remaining):
+            gaps[rng.choice(free)] += 1
+        rooms: list[Room] = []
+        for i in range(self.keys):
+            rooms.append(Room("clue", i, needed[i]))
+            rooms.extend(Room("plain") for _ in range(gaps[2 * i]))
+            offered = palette[:]
+            rng.shuffle(offered)
+            rooms.append(Room("key", i, needed[i], tuple(offered)))
+            rooms.extend(Room("plain") for _ in range(gaps[2 * i + 1]))
+        for i in range(self.keys):
+            rooms.extend(Room("plain") for _ in range(gaps[2 * self.keys + i]))
+            rooms.append(Room("lock", i, needed[i]))
+        rooms.append(Room("exit"))
+        return tuple(rooms)
+
+    # ------------------------------------------------------------------ text
+    def _describe(self, index: int) -> str:
+        room = self._rooms[index]
+        if room.kind == "clue":
+            return f"A sign shows a {room.colour} key."
+        if room.kind == "key":
+            return "An empty key rack." if self._taken[index] else f"Keys here: {', '.join(room.offered)}."
+        if room.kind == "lock":
+            return "An open door." if self._opened[index] else "A locked door."
+        if room.kind == "exit":
+            return "The exit is ahead."
+        return "An empty room."
+
+    def _admissible(self) -> tuple[str, ...]:
+        if self._done:
+            return ()
+        index = self._room
+        room = self._rooms[index]
+        actions: list[str] = []
+        if room.kind == "key" and not self._taken[index]:
+            actions += [f"take {colour}" for colour in room.offered]
+        if room.kind == "lock" and not self._opened[index]:
+            actions.append("open door")
+        else:
+            actions.append("go on")
+        if index > 0:
+            actions.append("go back")
+        return tuple(actions)
+
+    def _observation(self, feedback: str) -> Observation:
+        carried = ", ".join(f"{c} key" for c in self._carried) if self._carried else "nothing"
+        steps_left = self.horizon - self._steps
+        text = (
+            f"{feedback} Room {self._room + 1} of {len(self._rooms)}. {self._describe(self._room)} "
+            f"You carry {carried}. Steps left: {steps_left}."
+        )
+        return Observation(
+            text=text,
+            admissible_actions=None if self._done else self._admissible(),
+            info={"task": _TASK, "room": self._room + 1, "steps_left": steps_left},
+        )
+
+    # ------------------------------------------------------------------ env protocol
+    def reset(self, seed: int | None = None) -> Observation:
+        self._seed = seed
+        self._rooms = self._generate(seed)
+        self._room = 0
+        self._carried = []
+        self._taken = [False] * len(self._rooms)
+        self._opened = [False] * len(self._rooms)
+        self._steps = 0
+        self._done = False
+        self._won = False
+        return self._observation(f"Task: {_TASK}")
+
+    def step(self, action: str) -> StepResult:
+        if self._done:
+            return StepResult(self._observation("The episode is over."), 0.0, self._won, not self._won)
+        self._steps += 1
+        feedback, won = self._apply(" ".join(str(action).strip().lower().split()))
+        truncated = not won and self._steps >= self.horizon
+        self._won = won
+        self._done = won or truncated
+        return StepResult(self._observation(feedback), 1.0 if won else 0.0, won, truncated, info={"won": won})
+
+    def _apply(self, action: str) -> tuple[str, bool]:
+        index = self._room
+        room = self._rooms[index]
+        if action == "go on":
+            if room.kind == "lock" and not self._opened[index]:
+                return "The door is locked.", False
+            if room.kind == "exit":
+                return "You leave through the exit. You win.", True
+            self._room += 1
+            return "You go on.", False
+        if action == "go back" and index > 0:
+            self._room -= 1
+            return "You go back.", False
+        if action == "open door" and room.kind == "lock" and not self._opened[index]:
+            if room.colour in self._carried:
+                self._carried.remove(room.colour)
+                self._opened[index] = True
+                return f"The {room.colour} key opens the door.", False
+            return "The door stays locked.", False
+        verb, _, colour = action.partition(" ")
+        if verb == "take" and room.kind == "key" and not self._taken[index] and colour in room.offered:
+            self._taken[index] = True
+            self._carried.append(colour)
+            return f"You take the {colour} key. The other keys vanish.", False
+        return "Nothing happens.", False
+
+    # ------------------------------------------------------------------ privileged / replay support
+    def layout(self) -> tuple[Room, ...]:
+        """The corridor of the current episode (privileged)."""
+        return self._rooms
+
+    def solvable(self) -> bool:
+        """True while the exit is still reachable within the step limit by the expert from here."""
+        if self._done:
+            return self._won
+        plan = self._expert_plan()
+        return plan is not None and self._steps + len(plan) <= self.horizon
+
+    def _expert_plan(self) -> list[str] | None:
+        """The shortest action list from the current state to the exit, or None when the exit is
+        unreachable."""
+        room = self._room
+        plan: list[str] = []
+        # which unopened locks are not covered by the carried keys (as a multiset); their key rooms must be
+        # untaken
+        spare = list(self._carried)
+        needed_keys: list[int] = []
+        for i in range(self.keys):
+            lock_index = self._index("lock", i)
+            if self._opened[lock_index]:
+                continue
+            colour = self._rooms[lock_index].colour
+            if colour in spare:
+                spare.remove(colour)
+                continue
+            key_index = self._index("key", i)
+            if self._taken[key_index]:
+                return None
+            needed_keys.append(key_index)
+        needed_keys.sort()
+        carried = list(self._carried)
+        if needed_keys and needed_keys[0] < room:
+            plan += ["go back"] * (room - needed_keys[0])
+            room = needed_keys[0]
+        taken = list(self._taken)
+        opened = list(self._opened)
+        while True:
+            r = self._rooms[room]
+            if r.kind == "key" and not taken[room] and room in needed_keys:
+                plan.append(f"take {r.colour}")
+                taken[room] = True
+                carried.append(r.colour)
+            if r.kind == "lock" and not opened[room]:
+                if r.colour not in carried:
+                    return None
+                plan.append("open door")
+                carried.remove(r.colour)
+                opened[room] = True
+            plan.append("go on")
+            if r.kind == "exit":
+                return plan
+            room += 1
+
+    def _index(self, kind: str, lock: int) -> int:
+        return next(j for j, r in enumerate(self._rooms) if r.kind == kind and r.lock == lock)
+
+    def expert_action(self) -> str | None:
+        """The expert's next action from the current state (for noisy demonstrations), or None when the
+        episode is over or the exit can no longer be reached (then any action is as good as another)."""
+        if self._done:
+            return None
+        plan = self._expert_plan()
+        return plan[0] if plan else None
+
+    def walkthrough(self) -> tuple[str, ...] | None:
+        rooms = self._rooms
+        plan: list[str] = []
+        for r in rooms:
+            if r.kind == "key":
+                plan.append(f"take {r.colour}")
+            if r.kind == "lock":
+                plan.append("open door")
+            plan.append("go on")
+        return tuple(plan)
+
+    def privileged_info(self) -> str | None:
+        lines = []
+        for number, r in enumerate(self._rooms, start=1):
+            if r.kind == "clue":
+                lines.append(f"room {number}: sign for lock {r.lock + 1} shows {r.colour}")
+            elif r.kind == "key":
+                lines.append(f"room {number}: key choice for lock {r.lock + 1}, the right key is {r.colour}")
+            elif r.kind == "lock":
+                lines.append(f"room {number}: lock {r.lock + 1} needs the {r.colour} key")
+            elif r.kind == "exit":
+                lines.append(f"room {number}: exit")
+        return (
+            "Hidden layout (rooms not listed are empty): "
+            + "; ".join(lines)
+            + ". A wrong key choice cannot be undone and makes the exit unreachable. "
+            + "Expert walkthrough: "
+            + ", ".join(self.walkthrough() or ())
+            + "."
+        )
+
+    def fork(self) -> KeyDoorEnv:
+        copy = KeyDoorEnv.__new__(KeyDoorEnv)
+        copy.__dict__.update(self.__dict__)
+        copy._carried = list(self._carried)
+        copy._taken = list(self._taken)
+        copy._opened = list(self._opened)
+        return copy
+
+    def state_fingerprint(self) -> str | None:
+        header = (
+            f"{self._seed}|{self._room}|{','.join(self._carried)}|{self._steps}|{self._done}|{self._won}|"
+        )
+        payload = header.encode() + bytes(self._taken) + b"|" + bytes(self._opened)
+        return hashlib.sha256(payload).hexdigest()[:16]

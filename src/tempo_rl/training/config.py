@@ -1,0 +1,473 @@
+"""Training configuration: pydantic models, TOML loading and ``--set key=value`` overrides.
+
+One :class:`TrainConfig` describes a whole run (environment, backend, algorithm, sampling, optimiser, store,
+checkpoints). It is loaded from a TOML file whose tables mirror the model (``[env]``, ``[backend]``,
+``[tempo]``, ...), then command-line overrides are applied with dotted paths, e.g.
+``--set tempo.branches=8 --set optim.learning_rate=5e-4``. Every invalid value fails with a
+:class:`ConfigError` (a ``ValueError``) naming the field and the fix.
+
+TEMPO's letters map to these fields:
+
+=====  =================================  ==========================================================
+H      ``tempo.macro_rounds``             rounds (env steps) per macro-step
+N      ``tempo.branches``                 branches per start state (the actor's GRPO group)
+K      ``tempo.critic_samples``           critic estimates per start state (the critic's group)
+E      ``tempo.endpoint_samples``         critic estimates averaged into each endpoint value V_hat
+T      ``tempo.max_rounds``               episode step limit (a multiple of H)
+R_max  ``tempo.r_max``                    the range of the remaining return (normalises critic errors)
+=====  =================================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tempo_rl.envs.snapshot import EnvSpec
+
+__all__ = [
+    "ConfigError",
+    "EnvConfig",
+    "GrpoConfig",
+    "OptimConfig",
+    "RunConfig",
+    "SamplingConfig",
+    "StoreConfig",
+    "TempoConfig",
+    "TrainConfig",
+    "WarmStartConfig",
+    "WorkersConfig",
+    "apply_overrides",
+    "load_config",
+    "parse_override",
+    "validate_config",
+]
+
+
+class ConfigError(ValueError):
+    """An invalid training configuration; the message names the field (dotted path) and the fix."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class EnvConfig(_Model):
+    """Which environment to train on and which reset seeds count as training / evaluation games.
+
+    Fresh episode starts use seeds ``train_seed_start + i`` (``i`` cycles through ``num_train_seeds`` when set,
+    else grows without bound); evaluation uses ``eval_seed_start + j`` for ``j < num_eval_seeds``.
+    """
+
+    name: str = Field(default="keydoor", min_length=1, description="registered env name (tempo_rl.envs)")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="env constructor keyword arguments")
+    train_seed_start: int = Field(default=0, ge=0)
+    num_train_seeds: int | None = Field(default=None, ge=1)
+    eval_seed_start: int = Field(default=1_000_000, ge=0)
+    num_eval_seeds: int = Field(default=32, ge=1)
+    games_dir: str | None = Field(default=None, description="folder of game files (one env per file)")
+    eval_games_dir: str | None = Field(default=None, description="folder of evaluation game files")
+    games_glob: str = Field(default="**/game.tw-pddl", description="which files in games_dir are games")
+    game_kwarg: str = Field(default="game_file", description="the env keyword that takes a game file")
+
+    def spec(self) -> EnvSpec:
+        """The :class:`EnvSpec` used to build (and to restore) every env of the run."""
+        return EnvSpec(name=self.name, kwargs=dict(self.kwargs))
+
+    def train_seed(self, index: int) -> int:
+        """The reset seed of the ``index``-th fresh training game."""
+        if self.num_train_seeds is not None:
+            index %= self.num_train_seeds
+        return self.train_seed_start + index
+
+    def _game_files(self, folder: str) -> list[str]:
+        files = sorted(str(p) for p in Path(folder).glob(self.games_glob) if p.is_file())
+        if not files:
+            raise ConfigError(
+                f"env: no game file matches {self.games_glob!r} under {folder!r}; point env.games_dir / "
+                "env.eval_games_dir at a folder of games (e.g. an ALFWorld json_2.1.1/<split> folder)"
+            )
+        return files
+
+    def train_game(self, index: int) -> tuple[EnvSpec, int]:
+        """``(spec, seed)`` of the ``index``-th fresh training game.
+
+        With ``games_dir`` the game is file ``index mod n`` of the sorted matches of ``games_glob`` there, passed
+        as ``kwargs[game_kwarg]``; otherwise every game is ``spec()`` and the seed picks the instance.
+        """
+        seed = self.train_seed(index)
+        if self.games_dir is None:
+            return self.spec(), seed
+        files = self._game_files(self.games_dir)
+        return EnvSpec(name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}), seed
+
+    def eval_game(self, index: int) -> tuple[EnvSpec, int]:
+        """``(spec, seed)`` of the ``index``-th evaluation game (``eval_games_dir`` or seeds from
+        ``eval_seed_start``)."""
+        seed = self.eval_seed_start + index
+        folder = self.eval_games_dir or None
+        if folder is None:
+            return self.spec(), seed
+        files = self._game_files(folder)
+        return EnvSpec(name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}), seed
+
+
+class SamplingConfig(_Model):
+    """Sampling settings of the actor and the critic (token counts are model tokens)."""
+
+    temperature: float = Field(default=1.0, gt=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per actor turn")
+    critic_temperature: float = Field(default=1.0, gt=0.0)
+    critic_max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per critic estimate")
+    critic_max_prompt_tokens: int = Field(default=8192, ge=16)
+    max_trajectory_tokens: int = Field(
+        default=12_000, ge=16, description="token budget of one actor sequence"
+    )
+    show_remaining_steps: bool = Field(
+        default=True, description="show the remaining step budget (T - round) to the actor and the critic"
+    )
+    eval_temperature: float = Field(default=0.01, gt=0.0)
+
+
+class TempoConfig(_Model):
+    """TEMPO's macro-step settings (letters as in the module docstring)."""
+
+    macro_rounds: int = Field(default=10, ge=1, description="H")
+    branches: int = Field(default=4, ge=2, description="N")
+    critic_samples: int = Field(default=4, ge=1, description="K")
+    endpoint_samples: int = Field(default=2, ge=1, description="E")
+    max_rounds: int = Field(default=50, ge=1, description="T")
+    states_per_batch: int = Field(default=4, ge=1, description="start states per TD update")
+    fresh_share: float = Field(
+        default=0.25, ge=0.0, le=1.0, description="share of fresh starts per TD update"
+    )
+    warmup_updates: int = Field(default=4, ge=0)
+    warmup_games_per_batch: int = Field(default=4, ge=1)
+    warmup_states_per_episode: int | None = Field(
+        default=2,
+        ge=1,
+        description="boundary states kept per warm-up episode (None = all); equal weight per episode",
+    )
+    td_updates: int = Field(default=40, ge=0)
+    r_max: float = Field(default=1.0, gt=0.0)
+    error: Literal["l1", "brier"] = "l1"
+    critic_failure_reward: float = Field(default=-1.0, le=0.0)
+    unparsed_endpoint: Literal["drop", "substitute"] = Field(
+        default="drop", description="an endpoint whose E critic samples all fail to parse: drop the branch or"
+    )
+    unparsed_endpoint_value: float = Field(default=0.0, ge=0.0, description="value used with 'substitute'")
+    train_actor: bool = True
+    train_critic: bool = True
+    prefix_correction: Literal["off", "ratio", "clipped"] = Field(
+        default="clipped",
+        description="weight branch advantages by the stale-prefix likelihood ratio (training.prefix_correction)",
+    )
+    prefix_clip: tuple[float, float] = Field(
+        default=(0.5, 2.0),
+        description="(low, high) bounds of the 'clipped' prefix ratio, 0 <= low <= 1 <= high",
+    )
+    segment_scaling: bool = Field(
+        default=False,
+        description="multiply actor advantages by M = max_rounds / macro_rounds (blog appendix)",
+    )
+
+    @field_validator("prefix_clip")
+    @classmethod
+    def _check_prefix_clip(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if not 0.0 <= low <= 1.0 <= high:  # NaN fails every comparison
+            raise ValueError(f"prefix_clip must satisfy 0 <= low <= 1 <= high, e.g. (0.5, 2.0); got {value}")
+        return value
+
+
+class GrpoConfig(_Model):
+    """The trajectory-level GRPO baseline: full episodes of ``tempo.max_rounds`` rounds, groups of branches."""
+
+    updates: int = Field(default=40, ge=0)
+    games_per_batch: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=2)
+
+
+class OptimConfig(_Model):
+    """Adam (PyTRIO names), the policy loss and how a batch is split into ``forward_backward`` calls."""
+
+    learning_rate: float = Field(default=1e-6, gt=0.0)
+    beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(default=0.95, ge=0.0, lt=1.0)
+    eps: float = Field(default=1e-12, gt=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    grad_clip_norm: float = Field(default=1.0, ge=0.0)
+    loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
+    clip_low_threshold: float = Field(default=0.8, gt=0.0)
+    clip_high_threshold: float = Field(default=1.2, gt=0.0)
+    max_datums_per_update: int = Field(
+        default=128, ge=1, description="the backend's batch limit: states x (N + K) must not exceed it"
+    )
+    chunk_datums: int = Field(default=128, ge=1, description="datums per forward_backward call")
+
+
+class StoreConfig(_Model):
+    """The StateStore (see :mod:`tempo_rl.training.store`)."""
+
+    capacity: int = Field(default=256, ge=1)
+    per_game_cap: int | None = Field(default=None, ge=1)
+    max_age_versions: int | None = Field(default=None, ge=1)
+
+
+class WarmStartConfig(_Model):
+    """Optional supervised warm start of the actor on expert walkthroughs (cross-entropy), before RL."""
+
+    enabled: bool = False
+    episodes: int = Field(default=500, ge=1, description="demonstrations (one per training seed)")
+    noise: float = Field(default=0.3, ge=0.0, le=1.0, description="probability of a random admissible action")
+    epochs: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    learning_rate: float = Field(default=5e-4, gt=0.0)
+    critic_format_share: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="share of demos that add one critic answer-format example"
+    )
+
+
+class WorkersConfig(_Model):
+    """Where env calls run: a thread pool (default) or Ray actors (``ray`` extra)."""
+
+    max_workers: int = Field(default=8, ge=1)
+    step_timeout_s: float = Field(default=60.0, gt=0.0)
+    ray: bool = False
+
+
+class RunConfig(_Model):
+    """Run directory, seeding, checkpoints and logging."""
+
+    run_dir: str = "runs/tempo"
+    seed: int = 0
+    checkpoint_every: int = Field(default=1, ge=1, description="updates between checkpoints")
+    save_trajectories: bool = True
+    eval_every: int = Field(default=0, ge=0, description="updates between evaluations (0 = never)")
+    eval_episodes: int = Field(default=16, ge=1, description="evaluation games (env.eval_seed_start + j)")
+    console: bool = True
+    swanlab: bool = False
+    wandb: bool = False
+    project: str | None = None
+
+
+class TrainConfig(_Model):
+    """A whole training run. ``algorithm`` selects TEMPO or the trajectory-level GRPO baseline."""
+
+    algorithm: Literal["tempo", "grpo"] = "tempo"
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    backend: dict[str, Any] = Field(
+        default_factory=lambda: {"kind": "local"},
+        description="backend config (tempo_rl.backends.config); validated when the clients are created",
+    )
+    tempo: TempoConfig = Field(default_factory=TempoConfig)
+    grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    warmstart: WarmStartConfig = Field(default_factory=WarmStartConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _default_backend_kind(cls, value: Any) -> Any:
+        if isinstance(value, Mapping) and "kind" not in value:
+            return {"kind": "local", **value}
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field_checks(self) -> TrainConfig:
+        t = self.tempo
+        if t.max_rounds % t.macro_rounds != 0:
+            raise ValueError(
+                f"tempo.max_rounds (T={t.max_rounds}) must be a multiple of tempo.macro_rounds "
+                f"(H={t.macro_rounds}); e.g. set tempo.max_rounds={t.macro_rounds * max(1, round(t.max_rounds / t.macro_rounds))}"
+            )
+        limit = self.batch_limit()
+        if self.algorithm == "tempo":
+            per_update = t.states_per_batch * (t.branches + t.critic_samples)
+            if per_update > limit:
+                raise ValueError(
+                    f"tempo.states_per_batch x (tempo.branches + tempo.critic_samples) = {t.states_per_batch} x "
+                    f"({t.branches} + {t.critic_samples}) = {per_update} datums exceeds the backend's batch limit "
+                    f"{limit} (optim.max_datums_per_update); lower tempo.states_per_batch, tempo.branches or "
+                    "tempo.critic_samples"
+                )
+        else:
+            per_update = self.grpo.games_per_batch * self.grpo.group_size
+            if per_update > limit:
+                raise ValueError(
+                    f"grpo.games_per_batch x grpo.group_size = {per_update} datums exceeds the backend's batch "
+                    f"limit {limit} (optim.max_datums_per_update); lower grpo.games_per_batch or grpo.group_size"
+                )
+        try:
+            from tempo_rl.backends.config import parse_backend_config
+
+            parse_backend_config(dict(self.backend))
+        except ImportError:  # pragma: no cover - backends always ship with tempo_rl
+            pass
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"] if not str(p).endswith("BackendConfig"))
+            where = f"backend.{loc}" if loc else "backend"
+            raise ValueError(f"{where}: {first['msg']} (see tempo_rl.backends.config)") from None
+        if self.optim.clip_low_threshold >= self.optim.clip_high_threshold:
+            raise ValueError(
+                "optim.clip_low_threshold must be below optim.clip_high_threshold (ratio bounds, e.g. 0.8 and 1.2)"
+            )
+        if t.unparsed_endpoint_value > t.r_max:
+            raise ValueError(
+                f"tempo.unparsed_endpoint_value ({t.unparsed_endpoint_value}) must lie in [0, tempo.r_max={t.r_max}]"
+            )
+        if self.sampling.max_tokens >= self.sampling.max_trajectory_tokens:
+            raise ValueError(
+                "sampling.max_tokens must be smaller than sampling.max_trajectory_tokens (one turn must fit in the "
+                "trajectory budget)"
+            )
+        return self
+
+    def batch_limit(self) -> int:
+        """Datums one update may send: the backend config's ``max_batch_datums`` when it sets one, else
+        ``optim.max_datums_per_update``."""
+        backend_limit = self.backend.get("max_batch_datums")
+        if isinstance(backend_limit, int) and backend_limit > 0:
+            return min(backend_limit, self.optim.max_datums_per_update)
+        return self.optim.max_datums_per_update
+
+    def total_updates(self) -> int:
+        """Updates of the RL phase(s): warm-up + TD for TEMPO, ``grpo.updates`` for GRPO."""
+        if self.algorithm == "tempo":
+            return self.tempo.warmup_updates + self.tempo.td_updates
+        return self.grpo.updates
+
+    def to_toml(self) -> str:
+        """Serialise to TOML (what the run directory stores as ``config.toml``)."""
+        return _to_toml(self.model_dump(mode="json"))
+
+
+# --------------------------------------------------------------------------------------------------- loading
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<config>"
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see tempo_rl.training.config for the accepted fields)"
+        lines.append(f"{loc}: {msg}" if loc != "<config>" else msg)
+    return "invalid training config:\n  " + "\n  ".join(lines)
+
+
+def validate_config(data: Mapping[str, Any]) -> TrainConfig:
+    """Build a :class:`TrainConfig` from a mapping, raising :class:`ConfigError` naming every bad field."""
+    try:
+        return TrainConfig.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from None
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """Parse ``"a.b.c=value"`` into (``["a", "b", "c"]``, value).
+
+    The value is read as a TOML literal (``8``, ``5e-4``, ``true``, ``"x"``, ``[1, 2]``, ``{k = 1}``); anything
+    that is not valid TOML is taken as a plain string (``env.name=keydoor``).
+    """
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key=value, e.g. tempo.branches=8")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {item!r} has an empty key; use a dotted path like tempo.branches=8")
+    raw = raw.strip()
+    try:
+        value: Any = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Return a deep copy of ``data`` with every ``key=value`` override applied (dotted paths create tables)."""
+    out: dict[str, Any] = json.loads(json.dumps(dict(data)))
+    for item in overrides:
+        path, value = parse_override(item)
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = {}
+                node[part] = child
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is a value, not a table")
+            node = child
+        node[path[-1]] = value
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> TrainConfig:
+    """Load a TOML config (``None`` = the built-in defaults), apply overrides and validate.
+
+    Raises:
+        ConfigError: unreadable TOML or any invalid field (the message names it).
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(
+                f"config file {str(p)!r} does not exist; pass an existing .toml file to --config"
+            )
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
+    return validate_config(apply_overrides(data, overrides))
+
+
+# ---------------------------------------------------------------------------------------------- TOML output
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+            + "}"
+        )
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+
+
+def _to_toml(data: Mapping[str, Any], prefix: str = "") -> str:
+    scalars = [(k, v) for k, v in data.items() if not isinstance(v, dict) and v is not None]
+    tables = [(k, v) for k, v in data.items() if isinstance(v, dict)]
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars]
+    for key, table in tables:
+        name = f"{prefix}.{_toml_key(key)}" if prefix else _toml_key(key)
+        body = _to_toml(table, name)
+        lines.append("")
+        lines.append(f"[{name}]")
+        if body:
+            lines.append(body)
+    return "\n".join(lines).strip("\n") + "\n" if not prefix else "\n".join(lines).strip("\n")

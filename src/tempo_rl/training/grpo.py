@@ -1,0 +1,96 @@
+"""The trajectory-level GRPO baseline, on the same machinery as TEMPO.
+
+Each update: ``grpo.games_per_batch`` fresh games x ``grpo.group_size`` branches play full episodes (up to T
+rounds, no macro boundary, no critic); the episode return ``R_n = sum_t r_t`` of each branch is centred within
+its group, ``A_n = R_n - mean(R)`` (:func:`tempo_rl.signals.group_advantages`, no std division, as in the
+reference's chapter 8 without its invalid-action penalty); degenerate groups (all returns equal: every branch
+failed or every branch succeeded) give no Datum; one chunked ``forward_backward`` + one ``optim_step``.
+
+This is what TEMPO is compared with: on long-horizon tasks where every branch of a group fails, GRPO gets no
+gradient at all, while TEMPO's bootstrapped endpoint values can still separate branches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import numpy as np
+
+from tempo_rl.backends.types import Datum
+from tempo_rl.signals import degenerate_groups, group_advantages
+from tempo_rl.training.tempo import rollout_metrics
+from tempo_rl.training.trainer import MacroStepTrainer, StartState, UpdateTimer
+
+__all__ = ["GrpoTrainer"]
+
+
+class GrpoTrainer(MacroStepTrainer):
+    """Trajectory-level GRPO: full episodes, group-centred episode returns, actor Datums only."""
+
+    def total_updates(self) -> int:
+        return self.config.grpo.updates
+
+    async def update(self, index: int) -> dict[str, float]:
+        g = self.config.grpo
+        timer = UpdateTimer()
+        t0 = time.perf_counter()
+        games = [self.next_fresh_game() for _ in range(g.games_per_batch)]
+        starts: list[StartState] = list(
+            await asyncio.gather(*(self.fresh_start(g.group_size, s) for s in games))
+        )
+        timer.add("restore", time.perf_counter() - t0)
+        try:
+            results, rstats = await self.rollout(starts, self.rollout_settings(segment_rounds=None))
+        finally:
+            self.close_envs(starts)
+        timer.add("sampling", rstats.sampling_s)
+        timer.add("env", rstats.env_s)
+        returns = np.array([[b.segment_reward for b in row] for row in results], dtype=np.float64)
+        mask = np.array([[b.end_reason != "error" for b in row] for row in results], dtype=bool)
+        returns = np.where(mask, returns, 0.0)
+        adv = group_advantages(returns, mask=mask)
+        degenerate = np.asarray(degenerate_groups(adv, mask=mask), dtype=bool)
+        datums: list[Datum] = []
+        for i, row in enumerate(results):
+            if degenerate[i]:
+                continue
+            kept = [(b, float(adv[i, j])) for j, b in enumerate(row) if mask[i, j]]
+            datums.extend(self.actor_datums([b for b, _ in kept], [a for _, a in kept]))
+        metrics = self.train_step(datums, timer)
+        branches = [b for row in results for b in row]
+        metrics.update(
+            {
+                "train/phase": 2.0,
+                "grpo/success_rate": float(np.mean([b.won for b in branches])) if branches else math.nan,
+                "grpo/return_mean": float(returns[mask].mean()) if mask.any() else math.nan,
+                "grpo/steps_mean": float(np.mean([b.rounds for b in branches])) if branches else math.nan,
+                "actor/degenerate_group_rate": float(np.mean(degenerate)) if len(degenerate) else math.nan,
+                "actor/terminal_won_rate": float(np.mean([b.won for b in branches]))
+                if branches
+                else math.nan,
+                "actor/dropped_branches": float(np.sum(~mask)),
+                "actor/token_budget_rate": float(np.mean([b.end_reason == "token_budget" for b in branches])),
+            }
+        )
+        metrics.update(rollout_metrics(rstats))
+        metrics.update({f"time/{k}_s": v for k, v in timer.parts.items()})
+        self.write_trajectories(
+            [
+                {
+                    "update": index,
+                    "phase": "grpo",
+                    "game_id": starts[i].state.game_id,
+                    "actions": list(b.actions),
+                    "rewards": list(b.rewards),
+                    "end_reason": b.end_reason,
+                    "won": b.won,
+                    "return": float(returns[i, j]),
+                    "advantage": float(adv[i, j]),
+                }
+                for i, row in enumerate(results)
+                for j, b in enumerate(row)
+            ]
+        )
+        return metrics

@@ -1,0 +1,151 @@
+"""PNG plots of a run's ``metrics.jsonl``: actor curves, critic curves and the time split.
+
+Each figure is a grid of panels; a panel plots every listed metric that the run logged (x = update step,
+NaN / missing points skipped, markers so that sparse series such as evaluations stay visible). Panels with no
+data are left out, and a figure with no panel is not written. matplotlib is imported lazily (the ``plot``
+extra) and drawn with the Agg canvas, so no display and no global pyplot state are needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tempo_rl._optional import require
+from tempo_rl.training.metrics import read_metrics
+
+__all__ = ["ACTOR_PANELS", "CRITIC_PANELS", "Panel", "plot_metrics", "plot_run"]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One subplot: a title, the metric keys to draw, and the y-axis label."""
+
+    title: str
+    keys: tuple[str, ...]
+    ylabel: str = ""
+
+
+CRITIC_PANELS: tuple[Panel, ...] = (
+    Panel("critic absolute error |V - target|", ("critic/abs_error_mean",), "mean abs error"),
+    Panel("value correlation (V vs target)", ("critic/value_corr",), "Pearson r"),
+    Panel(
+        "critic parse failures",
+        ("critic/parse_failure_rate", "critic/endpoint_parse_failure_rate", "critic/prompt_too_long_rate"),
+        "fraction of samples",
+    ),
+    Panel(
+        "values and targets",
+        (
+            "critic/mean_estimate_mean",
+            "critic/endpoint_value_mean",
+            "target/mc_return_mean",
+            "actor/value_target_mean",
+        ),
+        "value",
+    ),
+)
+
+ACTOR_PANELS: tuple[Panel, ...] = (
+    Panel(
+        "success",
+        (
+            "warmup/success_rate",
+            "actor/terminal_won_rate",
+            "eval/success_rate",
+            "grpo/success_rate",
+        ),
+        "success rate",
+    ),
+    Panel(
+        "degenerate groups (all equal returns)",
+        ("actor/degenerate_group_rate", "critic/degenerate_group_rate"),
+        "rate",
+    ),
+    Panel("fresh starts", ("td/fresh_share",), "share of start states"),
+    Panel("state store", ("td/store_size", "store/size", "td/reused_states", "td/new_endpoints"), "states"),
+    Panel(
+        "segment reward and return",
+        ("actor/segment_reward_mean", "actor/return_mean", "eval/return_mean"),
+        "",
+    ),
+    Panel("episode steps", ("warmup/steps_mean", "eval/steps_mean", "grpo/steps_mean"), "steps"),
+)
+
+
+def _series(records: Sequence[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for record in records:
+        value = record.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            xs.append(float(record["step"]))
+            ys.append(float(value))
+    return xs, ys
+
+
+def plot_metrics(
+    records: Sequence[dict[str, float]], panels: Sequence[Panel], path: Path, title: str
+) -> list[str]:
+    """Draw the panels that have data into one PNG at ``path``; returns the titles drawn (none: no file)."""
+    drawable = [(p, [(k, *_series(records, k)) for k in p.keys]) for p in panels]
+    drawable = [(p, [s for s in series if s[1]]) for p, series in drawable]
+    drawable = [(p, series) for p, series in drawable if series]
+    if not drawable:
+        return []
+    require("matplotlib", "plot")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    cols = 2 if len(drawable) > 1 else 1
+    rows = -(-len(drawable) // cols)
+    fig = Figure(figsize=(6.0 * cols, 3.4 * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.suptitle(title)
+    for i, (panel, series) in enumerate(drawable):
+        ax: Any = fig.add_subplot(rows, cols, i + 1)
+        for key, xs, ys in series:
+            ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, label=key)
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlabel("update step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if panel.ylabel:
+            ax.set_ylabel(panel.ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return [panel.title for panel, _ in drawable]
+
+
+def plot_run(run_dir: Path | str, out_dir: Path | str | None = None) -> dict[str, list[str]]:
+    """Write ``actor.png``, ``critic.png`` and ``time.png`` for a run; returns ``{png path: panel titles}``.
+
+    Args:
+        run_dir: a run directory holding ``metrics.jsonl``.
+        out_dir: where to write the PNGs (default ``run_dir/plots``).
+
+    Raises:
+        FileNotFoundError: no ``metrics.jsonl`` in ``run_dir``.
+        ValueError: the file holds no record.
+    """
+    run_dir = Path(run_dir)
+    records = read_metrics(run_dir)
+    if not records:
+        raise ValueError(f"{run_dir}/metrics.jsonl holds no records yet; train for at least one update first")
+    out = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    time_keys = sorted({k for r in records for k in r if k.startswith("time/")})
+    figures = {
+        "actor.png": (ACTOR_PANELS, f"actor: {run_dir.name}"),
+        "critic.png": (CRITIC_PANELS, f"critic: {run_dir.name}"),
+        "time.png": ((Panel("time split", tuple(time_keys), "seconds"),) if time_keys else (), "time"),
+    }
+    written: dict[str, list[str]] = {}
+    for name, (panels, title) in figures.items():
+        drawn = plot_metrics(records, panels, out / name, title)
+        if drawn:
+            written[str(out / name)] = drawn
+    return written

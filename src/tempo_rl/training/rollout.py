@@ -1,0 +1,482 @@
+"""N-branch macro-step rollouts and full episodes, with exact token prefixes.
+
+One call of :func:`run_branches` plays many *branches* in lockstep rounds. Each branch starts from a
+:class:`~tempo_rl.training.store.StoredState` (a fresh episode start has an empty token prefix) on its own live
+env (restored beforehand, see :func:`restore_start`) and repeats:
+
+1. sample one assistant turn from the current prompt (``sample_async``; all branches of one round concurrently;
+   branches that share the same prompt, e.g. the N branches of a start at their first round, share one request
+   with ``num_samples`` > 1);
+2. parse the single tool call (:mod:`tempo_rl.rollout.tool_call`); an unreadable call sends the sentinel
+   :data:`INVALID_ACTION` to the env (it still consumes a step, as in the reference, and is counted);
+3. step the env (through the worker pool: crashes and time-outs drop that branch only);
+4. extend the prompt by appending: previous tokens + the exact sampled tokens + the tool-result turn
+   (:class:`~tempo_rl.rollout.renderer` renders only the new suffix; sampled tokens are never re-tokenized).
+
+A branch ends with the first reason that applies, in this priority:
+
+=================  ============================================  ==================================
+reason             condition                                     TEMPO's return
+=================  ============================================  ==================================
+``terminated``     the env reports a terminal MDP state          R_n = r_n (no bootstrap)
+``max_rounds``     the episode reached T env steps (or the env   R_n = r_n + V_hat (truncated)
+                   truncated it)
+``macro_boundary`` the segment reached H rounds                  R_n = r_n + V_hat; endpoint stored
+``token_budget``   the next turn would not fit the token budget  R_n = r_n (the agent cannot act on)
+``error``          env crash / time-out                          branch dropped (counted)
+=================  ============================================  ==================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from tempo_rl.backends.types import SampledSequence, SamplingClient, SamplingParams
+from tempo_rl.envs.core import Observation, StepResult
+from tempo_rl.rollout.renderer import PromptState
+from tempo_rl.rollout.tool_call import INVALID_ACTION, ToolCallParser, format_tool_call
+
+__all__ = [
+    "ACTOR_SYSTEM_PROMPT",
+    "INVALID_ACTION",
+    "OBSERVATION_ROLE",
+    "BranchResult",
+    "EndReason",
+    "RolloutSettings",
+    "RolloutStats",
+    "build_actor_messages",
+    "format_observation",
+    "prompt_state_of",
+    "prompt_window",
+    "run_branches",
+]
+
+EndReason = Literal["terminated", "max_rounds", "macro_boundary", "token_budget", "error"]
+
+#: The chat role of observation turns after the opening user turn.
+OBSERVATION_ROLE = "tool"
+
+#: Where a stored state keeps its renderer window (see :func:`prompt_state_of`).
+PROMPT_KEY = "prompt"
+
+#: The actor's system prompt. ``{example}`` is replaced by an example tool call of the configured tool.
+ACTOR_SYSTEM_PROMPT = (
+    "You act in a text environment. Each turn, reply with exactly one tool call holding one of the listed "
+    "actions, e.g. {example}"
+)
+
+
+def format_observation(
+    observation: Observation,
+    *,
+    remaining_steps: int | None = None,
+    status: str | None = None,
+) -> str:
+    """The text of one observation turn shown to the actor.
+
+    ``status`` (e.g. ``"invalid tool call"``) comes first, then the observation text, the admissible actions
+    when the env lists them, and the remaining step budget when shown. Never includes privileged information:
+    only :attr:`Observation.text` and :attr:`Observation.admissible_actions` are read.
+    """
+    parts = []
+    if status:
+        parts.append(f"[{status}]")
+    parts.append(observation.text)
+    if observation.admissible_actions is not None:
+        parts.append("Actions: " + " | ".join(observation.admissible_actions))
+    if remaining_steps is not None:
+        parts.append(f"Steps left: {remaining_steps}")
+    return "\n".join(parts)
+
+
+def build_actor_messages(
+    observation: Observation,
+    *,
+    tool_name: str = "env_step",
+    remaining_steps: int | None = None,
+    system_prompt: str = ACTOR_SYSTEM_PROMPT,
+) -> list[dict[str, str]]:
+    """The actor's opening chat ``[system, user]`` for a reset observation (the public prompt builder).
+
+    The user turn is :func:`format_observation` of the reset observation: the env's own text (which carries the
+    task), the admissible actions and the step budget. Privileged information is never an input here.
+    """
+    return [
+        {
+            "role": "system",
+            "content": system_prompt.replace("{example}", format_tool_call("look", tool_name)),
+        },
+        {"role": "user", "content": format_observation(observation, remaining_steps=remaining_steps)},
+    ]
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How branches are played.
+
+    Attributes:
+        sampling: the actor's sampling parameters (``max_tokens`` = the per-turn budget).
+        max_rounds: T, the episode step limit (counted from reset, across segments).
+        segment_rounds: H, the rounds per macro-step; None plays until the episode ends (full episodes).
+        max_trajectory_tokens: the token budget of one actor sequence (prefix included).
+        show_remaining_steps: show ``T - round`` to the actor.
+        tool_name: the tool the actor calls.
+    """
+
+    sampling: SamplingParams
+    max_rounds: int
+    segment_rounds: int | None = None
+    max_trajectory_tokens: int = 12_000
+    show_remaining_steps: bool = True
+    tool_name: str = "env_step"
+
+
+@dataclass
+class RolloutStats:
+    """Counters and wall-clock time of one :func:`run_branches` call (seconds; counts are plain integers)."""
+
+    sampling_s: float = 0.0
+    env_s: float = 0.0
+    prompt_s: float = 0.0
+    turns: int = 0
+    valid_tool_calls: int = 0
+    admissible_actions: int = 0
+    admissible_known: int = 0
+    admissible_known_valid: int = 0
+    env_errors: int = 0
+    sample_requests: int = 0
+    sampled_tokens: int = 0
+    template_restarts: int = 0
+
+    def merge(self, other: RolloutStats) -> None:
+        """Add ``other``'s counters and times to this one."""
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class BranchResult:
+    """One played branch.
+
+    Attributes:
+        start_index: index of its start in the ``starts`` given to :func:`run_branches`.
+        tokens: the whole actor sequence: the start's token prefix, then this segment's turns. When the branch
+            can continue (``macro_boundary``), it ends with the next generation prompt: exactly the token prefix
+            to store for the endpoint.
+        prefix_len: ``len(start.token_prefix)``, or the length of the rendered opening prompt for a fresh start.
+        logprobs: float32, same length as ``tokens``: the sampler's logprob on sampled tokens, 0 on context.
+        sampled_mask: bool, same length: True on tokens this segment sampled (they carry the advantage).
+        rewards: one env reward per round of this segment.
+        actions: the actions sent to the env (``INVALID_ACTION`` for unreadable tool calls).
+        history: the start's ``(action, observation)`` turns followed by this segment's.
+        observations: the observation after each round of this segment.
+        end_reason: see the module table.
+        rounds: env steps in this segment; ``round_index``: env steps since reset at the end.
+        snapshot: the env snapshot at the end (None after an error).
+        error: the error message when ``end_reason == "error"``.
+    """
+
+    start_index: int
+    tokens: list[int]
+    prefix_len: int
+    logprobs: list[float]
+    sampled_mask: list[bool]
+    rewards: list[float] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    history: list[tuple[str, str]] = field(default_factory=list)
+    observations: list[Observation] = field(default_factory=list)
+    end_reason: EndReason | None = None
+    rounds: int = 0
+    round_index: int = 0
+    snapshot: Any = None
+    error: str | None = None
+    valid_tool_calls: int = 0
+    won: bool = False
+    turn_starts: list[int] = field(default_factory=list)
+    admissible: tuple[str, ...] | None = None
+    prompt: Any = None
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        """True once an end reason is set."""
+        return self.end_reason is not None
+
+    @property
+    def terminated(self) -> bool:
+        """The branch reached a terminal MDP state (bootstrap value 0)."""
+        return self.end_reason == "terminated"
+
+    @property
+    def truncated(self) -> bool:
+        """The branch was cut while the future still has value (bootstrap with V_hat)."""
+        return self.end_reason in ("max_rounds", "macro_boundary")
+
+    @property
+    def segment_reward(self) -> float:
+        """r_n: the sum of this segment's env rewards."""
+        return float(sum(self.rewards))
+
+    @property
+    def sampled_logprob_sum(self) -> float:
+        """Sum of the sampler logprobs of this segment's sampled tokens (for prefix importance weights)."""
+        return float(sum(lp for lp, m in zip(self.logprobs, self.sampled_mask) if m))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(tokens int64, logprobs float32, sampled_mask bool)`` as numpy arrays."""
+        return (
+            np.asarray(self.tokens, dtype=np.int64),
+            np.asarray(self.logprobs, dtype=np.float32),
+            np.asarray(self.sampled_mask, dtype=bool),
+        )
+
+
+def _won(result: StepResult) -> bool:
+    won = result.info.get("won") if isinstance(result.info, Mapping) else None
+    if won is None:
+        return bool(result.terminated and result.reward > 0)
+    return bool(won)
+
+
+async def run_branches(
+    starts: Sequence[Any],
+    envs: Sequence[Sequence[Any]],
+    *,
+    sampler: SamplingClient,
+    chat: Any,
+    settings: RolloutSettings,
+    pool: Any,
+    parser: ToolCallParser,
+) -> tuple[list[list[BranchResult]], RolloutStats]:
+    """Play ``len(envs[i])`` branches from each start ``starts[i]`` in lockstep rounds.
+
+    Args:
+        starts: start states (:class:`~tempo_rl.training.store.StoredState`-like: ``token_prefix``, ``history``,
+            ``snapshot``); an empty ``token_prefix`` means a fresh episode (the opening prompt is rendered).
+        envs: for each start, its live branch envs, all at exactly the start state (from
+            :func:`tempo_rl.envs.restore_branches`).
+        sampler: the actor's sampling client.
+        chat: the :class:`~tempo_rl.rollout.renderer.ChatRenderer` of the actor.
+        settings: see :class:`RolloutSettings`.
+        pool: the env worker pool (``await pool.call(env, "step", action)``).
+        parser: the single-tool-call parser (:class:`~tempo_rl.rollout.tool_call.ToolCallParser`).
+
+    Returns:
+        ``(results, stats)``: ``results[i][j]`` is branch j of start i.
+    """
+    if len(starts) != len(envs):
+        raise ValueError(f"got {len(starts)} starts but {len(envs)} env groups; pass one group per start")
+    stats = RolloutStats()
+    branches: list[list[BranchResult]] = []
+    live: list[tuple[BranchResult, Any]] = []
+    for i, (start, group) in enumerate(zip(starts, envs)):
+        t0 = time.perf_counter()
+        opening = _current_observation(group[0], start) if group else None
+        if start.token_prefix:
+            prompt = prompt_state_of(start)
+        else:
+            assert opening is not None
+            prompt = chat.start(
+                build_actor_messages(
+                    opening,
+                    tool_name=settings.tool_name,
+                    remaining_steps=_remaining(settings, start.snapshot.round_index),
+                )
+            )
+        stats.prompt_s += time.perf_counter() - t0
+        prefix = list(prompt.tokens)
+        row = []
+        for env in group:
+            b = BranchResult(
+                start_index=i,
+                tokens=list(prefix),
+                prefix_len=len(prefix),
+                logprobs=[0.0] * len(prefix),
+                sampled_mask=[False] * len(prefix),
+                history=[(str(a), str(o)) for a, o in start.history],
+                round_index=start.snapshot.round_index,
+                admissible=opening.admissible_actions if opening is not None else None,
+                prompt=prompt,
+            )
+            row.append(b)
+            live.append((b, env))
+        branches.append(row)
+
+    max_new = settings.sampling.max_tokens
+    round_no = 0
+    while live:
+        # token budget: a turn that could not fit ends the branch before sampling
+        still = []
+        for b, env in live:
+            if len(b.tokens) + max_new > settings.max_trajectory_tokens:
+                b.end_reason = "token_budget"
+                b.snapshot = _snapshot(env)
+            else:
+                still.append((b, env))
+        live = still
+        if not live:
+            break
+        # one request per distinct prompt (branches of a start share their first prompt)
+        groups: dict[tuple[int, int], list[tuple[BranchResult, Any]]] = {}
+        for b, env in live:
+            key = (b.start_index, -1) if b.rounds == 0 else (b.start_index, id(b))
+            groups.setdefault(key, []).append((b, env))
+        t0 = time.perf_counter()
+        round_no += 1
+        responses = await asyncio.gather(
+            *(
+                sampler.sample_async(
+                    members[0][0].tokens, len(members), _request_params(settings.sampling, round_no, k)
+                )
+                for k, members in enumerate(groups.values())
+            )
+        )
+        stats.sampling_s += time.perf_counter() - t0
+        stats.sample_requests += len(groups)
+        actions: list[str] = []
+        order: list[tuple[BranchResult, Any, SampledSequence]] = []
+        for members, response in zip(groups.values(), responses):
+            if len(response.sequences) != len(members):
+                raise RuntimeError(
+                    f"the sampler returned {len(response.sequences)} sequences for num_samples={len(members)}"
+                )
+            for (b, env), seq in zip(members, response.sequences):
+                order.append((b, env, seq))
+        for b, _env, seq in order:
+            b.turn_starts.append(len(b.tokens))
+            b.windows.append(prompt_window(b.prompt))
+            b.tokens.extend(seq.tokens)
+            b.logprobs.extend(float(x) for x in seq.logprobs)
+            b.sampled_mask.extend([True] * len(seq.tokens))
+            stats.sampled_tokens += len(seq.tokens)
+            call = parser.parse(seq.text)
+            actions.append(call.action if call.valid else INVALID_ACTION)
+            if call.valid:
+                b.valid_tool_calls += 1
+                stats.valid_tool_calls += 1
+            stats.turns += 1
+        t0 = time.perf_counter()
+        outcomes = await asyncio.gather(
+            *(pool.call(env, "step", action) for (_b, env, _s), action in zip(order, actions)),
+            return_exceptions=True,
+        )
+        stats.env_s += time.perf_counter() - t0
+        next_live = []
+        for (b, env, seq), action, outcome in zip(order, actions, outcomes):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                b.end_reason = "error"
+                b.error = f"{type(outcome).__name__}: {outcome}"
+                stats.env_errors += 1
+                continue
+            result: StepResult = outcome
+            if b.admissible is not None:
+                stats.admissible_known += 1
+                if action != INVALID_ACTION:
+                    stats.admissible_known_valid += 1
+                if action in b.admissible:
+                    stats.admissible_actions += 1
+            b.admissible = result.observation.admissible_actions
+            b.actions.append(action)
+            b.rewards.append(float(result.reward))
+            b.observations.append(result.observation)
+            b.history.append((action, result.observation.text))
+            b.rounds += 1
+            b.round_index += 1
+            if result.terminated:
+                b.end_reason = "terminated"
+                b.won = _won(result)
+            elif result.truncated or b.round_index >= settings.max_rounds:
+                b.end_reason = "max_rounds"
+            elif settings.segment_rounds is not None and b.rounds >= settings.segment_rounds:
+                b.end_reason = "macro_boundary"
+            status = None if action != INVALID_ACTION else "invalid tool call: the step was used"
+            if b.end_reason in (None, "macro_boundary"):
+                t1 = time.perf_counter()
+                text = format_observation(
+                    result.observation,
+                    remaining_steps=_remaining(settings, b.round_index),
+                    status=status,
+                )
+                ext = chat.extend(b.prompt, seq.tokens, [{"role": OBSERVATION_ROLE, "content": text}])
+                stats.prompt_s += time.perf_counter() - t1
+                if ext.restarted:
+                    # the template rewrote history: the sequence cannot be continued token-exactly; the branch
+                    # ends here (counted) instead of re-tokenizing what the policy sampled
+                    b.end_reason = "error"
+                    b.error = f"chat template rewrote history ({ext.reason})"
+                    stats.template_restarts += 1
+                else:
+                    b.prompt = ext.state
+                    b.tokens.extend(ext.appended)
+                    b.logprobs.extend([0.0] * len(ext.appended))
+                    b.sampled_mask.extend([False] * len(ext.appended))
+            if b.end_reason is None:
+                next_live.append((b, env))
+            else:
+                b.snapshot = _snapshot(env)
+        live = next_live
+    return branches, stats
+
+
+def prompt_window(state: PromptState) -> dict[str, Any]:
+    """The part of a prompt state the renderer needs to extend it (JSON): the head messages (through the first
+    user turn) and the last message. Stored with a state in ``StoredState.extra["prompt"]``."""
+    head = list(state.messages[: state.head])
+    last = list(state.messages[-1:]) if len(state.messages) > state.head else []
+    return {"messages": [dict(m) for m in head + last], "head": state.head}
+
+
+def prompt_state_of(start: Any) -> PromptState:
+    """Rebuild the renderer state of a stored start from its token prefix and stored window."""
+    window = (start.extra or {}).get(PROMPT_KEY)
+    if not window:
+        raise ValueError(
+            f"stored state {start.id} has a token prefix but no renderer window in extra[{PROMPT_KEY!r}]; "
+            "it was not stored by tempo_rl.training"
+        )
+    return PromptState(
+        tokens=tuple(start.token_prefix),
+        messages=tuple(dict(m) for m in window["messages"]),
+        head=int(window["head"]),
+    )
+
+
+def _request_params(params: SamplingParams, round_no: int, k: int) -> SamplingParams:
+    """A distinct, reproducible seed per request (same base seed -> same run; never two requests alike)."""
+    if params.seed is None:
+        return params
+    seed = (params.seed * 1_000_003 + round_no * 10_007 + k) % (2**31 - 1)
+    return dataclasses.replace(params, seed=seed)
+
+
+def _remaining(settings: RolloutSettings, round_index: int) -> int | None:
+    return max(0, settings.max_rounds - round_index) if settings.show_remaining_steps else None
+
+
+def _snapshot(env: Any) -> Any:
+    snap = getattr(env, "snapshot", None)
+    return snap() if callable(snap) else None
+
+
+def _current_observation(env: Any, start: Any) -> Observation:
+    last = getattr(env, "last_observation", None)
+    if isinstance(last, Observation):
+        return last
+    snap = start.snapshot
+    return Observation(text=snap.last_observation, admissible_actions=snap.last_admissible)
+
+
+def mean_or_nan(values: Sequence[float]) -> float:
+    """The mean of ``values``; NaN for an empty sequence (metrics of empty sets are 'undefined', not 0)."""
+    return float(np.mean(values)) if len(values) else math.nan

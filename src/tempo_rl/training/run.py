@@ -1,0 +1,479 @@
+"""A training run on disk: build everything from a config, train, checkpoint, resume.
+
+Run directory layout::
+
+    RUN_DIR/
+      config.toml          the validated config (resume reads it back)
+      metrics.jsonl        one JSON record per update (tempo_rl.training.metrics)
+      trajectories.jsonl   one record per played branch / episode
+      store.sqlite         the StateStore (live)
+      tokenizer/           the offline tokenizer (local backend)
+      checkpoints/         update_<u>/ {backend.pt, store.sqlite, checkpoint.json} + LATEST
+      summary.json         the end-of-run summary
+
+:func:`train_run` starts a new run or (``resume=True``) continues the one in ``RUN_DIR`` from its latest
+checkpoint: the store file is rolled back to the checkpoint's copy, ``metrics.jsonl`` / ``trajectories.jsonl``
+are truncated to their length at the checkpoint, weights and optimizer state are reloaded, the trainer state
+(update counter, policy version, data cursor, RNG) is restored; the next update is the first one not in the
+checkpoint, so no update is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tempo_rl.backends.types import SamplingParams
+from tempo_rl.critic.base import CriticQuery
+from tempo_rl.critic.generative import GenerativeCritic
+from tempo_rl.critic.prompt import build_critic_messages
+from tempo_rl.envs import ForkCache, make, restore_branches
+from tempo_rl.envs.snapshot import EnvSpec, Snapshot
+from tempo_rl.rollout.renderer import ChatRenderer
+from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
+from tempo_rl.training.checkpoint import atomic_write_text, latest_checkpoint, save_checkpoint
+from tempo_rl.training.config import ConfigError, TrainConfig, load_config
+from tempo_rl.training.rollout import build_actor_messages, format_observation
+from tempo_rl.training.store import StateStore
+from tempo_rl.training.trainer import MacroStepTrainer, TrainerComponents, TrainerState
+
+__all__ = [
+    "CONFIG_FILE",
+    "DEFAULT_CONFIG",
+    "METRICS_FILE",
+    "TRAJECTORIES_FILE",
+    "build_trainer",
+    "env_corpus",
+    "summarize",
+    "train_run",
+]
+
+#: The built-in offline main job (``tempo-rl train`` without ``--config``); the same file ships as
+#: ``examples/configs/keydoor_local.toml``.
+DEFAULT_CONFIG = Path(__file__).with_name("main_job.toml")
+
+CONFIG_FILE = "config.toml"
+METRICS_FILE = "metrics.jsonl"
+TRAJECTORIES_FILE = "trajectories.jsonl"
+STORE_FILE = "store.sqlite"
+SUMMARY_FILE = "summary.json"
+TOKENIZER_DIR = "tokenizer"
+
+
+# ------------------------------------------------------------------------------------------------ env helpers
+
+
+def make_env_at_reset(spec: EnvSpec, seed: int) -> Any:
+    """A live :class:`~tempo_rl.envs.RecordedEnv` of ``spec`` reset with ``seed``."""
+    env = make(spec)
+    env.reset(seed)
+    return env
+
+
+def env_corpus(config: TrainConfig, games: int = 24, seed: int = 0) -> list[str]:
+    """Texts the local tokenizer is trained on: what the actor and the critic will read and write.
+
+    Plays ``games`` training games (the walkthrough, with random admissible actions mixed in) and collects the
+    actor prompts, observation turns, tool calls of every admissible action, critic prompts (with the env's
+    privileged information) and every value string ``<value>0.0</value>`` ... ``<value>1.0</value>``.
+    """
+    rng = np.random.default_rng(seed)
+    parser_tool = ToolCallParser().tool_name
+    texts: list[str] = []
+    for g in range(games):
+        env = make_env_at_reset(*config.env.train_game(g))
+        obs = env.last_observation
+        initial = obs.text
+        task = str(obs.info.get("task", "")) if obs.info else ""
+        texts.extend(m["content"] for m in build_actor_messages(obs, tool_name=parser_tool))
+        plan = list(env.walkthrough() or ())
+        history: list[tuple[str, str]] = []
+        for step in range(config.tempo.max_rounds):
+            admissible = list(obs.admissible_actions or ())
+            if plan and (rng.random() > 0.3 or not admissible):
+                action = plan.pop(0)
+            elif admissible:
+                action = admissible[int(rng.integers(len(admissible)))]
+            else:
+                break
+            texts.append(format_tool_call(action, parser_tool))
+            texts.extend(format_tool_call(a, parser_tool) for a in admissible)
+            result = env.step(action)
+            obs = result.observation
+            history.append((action, obs.text))
+            texts.append(format_observation(obs, remaining_steps=config.tempo.max_rounds - step - 1))
+            if result.terminated or result.truncated:
+                break
+        query = CriticQuery(
+            task=task,
+            history=history,
+            initial_observation=initial,
+            privileged_info=env.privileged_info(),
+            remaining_steps=3,
+            r_max=config.tempo.r_max,
+        )
+        texts.extend(m["content"] for m in build_critic_messages(query))
+        env.close()
+    texts.extend(f"<value>{v / 10:.1f}</value>" for v in range(11))
+    return texts
+
+
+# ------------------------------------------------------------------------------------------------ clients
+
+
+def _create_clients(
+    config: TrainConfig, run_dir: Path, *, resume: bool, service_client: Any = None
+) -> tuple[Any, Any, Any]:
+    """(training client, sampling client, tokenizer) for the configured backend.
+
+    Local backend without a tokenizer of its own: an offline tokenizer is trained on :func:`env_corpus` at the
+    start of a run and saved in ``RUN_DIR/tokenizer`` (a resume reloads it); backend states are written under
+    ``RUN_DIR/backend_states`` unless the config names a ``state_dir``. Every backend goes through
+    :func:`tempo_rl.backends.config.create_clients`.
+    """
+    from tempo_rl.backends.config import create_clients, parse_backend_config
+
+    backend = dict(config.backend)
+    cfg = parse_backend_config(backend)
+    tokenizer: Any = None
+    if cfg.kind == "local" and cfg.model_path is None and cfg.tokenizer_path is None:
+        from tempo_rl.backends.local.tokenizer import build_tokenizer, load_tokenizer
+
+        tok_dir = run_dir / TOKENIZER_DIR
+        if resume and tok_dir.is_dir():
+            tokenizer = load_tokenizer(tok_dir)
+        else:
+            tokenizer = build_tokenizer(env_corpus(config), vocab_size=cfg.vocab_size)
+            tokenizer.save_pretrained(str(tok_dir))
+        if "state_dir" not in backend:
+            cfg = cfg.model_copy(update={"state_dir": str(run_dir / "backend_states")})
+    if cfg.kind == "local":
+        training, sampler = create_clients(cfg, tokenizer=tokenizer)
+    else:
+        training, sampler = create_clients(cfg, service_client=service_client)
+    return training, sampler, training.get_tokenizer()
+
+
+# ------------------------------------------------------------------------------------------------ build
+
+
+def build_trainer(
+    config: TrainConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    log: Callable[[int, Mapping[str, float]], None] | None = None,
+    write_trajectories: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
+    state: TrainerState | None = None,
+    backend_state: str | None = None,
+    service_client: Any = None,
+) -> MacroStepTrainer:
+    """Build the configured trainer with all its components (clients, critic, store, pool) in ``run_dir``.
+
+    ``service_client`` (PyTRIO / Tinker only) replaces the SDK's ``ServiceClient``, e.g. with the recording
+    stubs of :mod:`tempo_rl.backends.testing`.
+    """
+    from tempo_rl.training.workers import EnvWorkerPool
+
+    training, sampler, tokenizer = _create_clients(config, run_dir, resume=resume, service_client=service_client)
+    if backend_state is not None:
+        training.load_state(backend_state)
+        sampler = training.save_weights_and_get_sampling_client()
+    chat = ChatRenderer(tokenizer)
+    eos = tokenizer.eos_token_id
+    s = config.sampling
+    critic = GenerativeCritic(
+        chat,
+        SamplingParams(
+            max_tokens=s.critic_max_tokens,
+            temperature=s.critic_temperature,
+            stop=(int(eos),) if eos is not None else None,
+        ),
+        max_prompt_tokens=s.critic_max_prompt_tokens,
+    )
+    store = StateStore(
+        run_dir / STORE_FILE,
+        capacity=config.store.capacity,
+        per_game_cap=config.store.per_game_cap,
+        max_age_versions=config.store.max_age_versions,
+    )
+    pool = EnvWorkerPool(max_workers=config.workers.max_workers, step_timeout_s=config.workers.step_timeout_s)
+    cache = ForkCache()
+    lock = threading.Lock()
+
+    def restore_n(snapshot: Snapshot, n: int) -> list[Any]:
+        with lock:  # the fork cache is shared
+            return restore_branches(snapshot, n, cache=cache)
+
+    components = TrainerComponents(
+        training_client=training,
+        sampler=sampler,
+        chat=chat,
+        critic=critic,
+        store=store,
+        pool=pool,
+        parser=ToolCallParser(),
+        make_env=make_env_at_reset,
+        restore_branches=restore_n,
+        cache=cache,
+    )
+    if config.algorithm == "tempo":
+        from tempo_rl.training.tempo import TempoTrainer
+
+        return TempoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
+    from tempo_rl.training.grpo import GrpoTrainer
+
+    return GrpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def _truncate(path: Path, size: int) -> None:
+    if path.exists() and path.stat().st_size > size:
+        with open(path, "r+b") as fh:
+            fh.truncate(size)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+class _JsonlWriter:
+    """Appends JSON lines, flushed and fsync'ed per batch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write(self, records: Sequence[Mapping[str, Any]]) -> None:
+        for rec in records:
+            self._fh.write(json.dumps(rec, default=_json_default, allow_nan=True) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _file_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+
+def train_run(
+    run_dir: str | Path,
+    config: TrainConfig | None = None,
+    *,
+    resume: bool = False,
+    overrides: Iterable[str] = (),
+    max_updates: int | None = None,
+    console: bool | None = None,
+    service_client: Any = None,
+) -> dict[str, Any]:
+    """Train (or resume) the run in ``run_dir``; return the end-of-run summary.
+
+    Args:
+        run_dir: the run directory (created for a new run).
+        config: the config of a new run (ignored on resume, where ``run_dir/config.toml`` is read back and
+            ``overrides`` applied to it).
+        resume: continue from the latest checkpoint.
+        overrides: ``key=value`` overrides applied on resume (e.g. more ``tempo.td_updates``).
+        max_updates: stop after this many updates (tests; the run stays resumable).
+        console: print progress (default: ``config.run.console``).
+        service_client: PyTRIO / Tinker only: use this ``ServiceClient`` (e.g. a recording stub).
+
+    Raises:
+        ConfigError: a new run into a directory that already holds a run (use ``resume``), or a resume of a
+            directory without ``config.toml``.
+    """
+    run_path = Path(run_dir)
+    cfg_file = run_path / CONFIG_FILE
+    if resume:
+        if not cfg_file.is_file():
+            raise ConfigError(
+                f"{run_path} has no {CONFIG_FILE}; it is not a tempo-rl run directory to resume"
+            )
+        config = load_config(cfg_file, overrides)
+    else:
+        if config is None:
+            raise ConfigError("a new run needs a config (or pass resume=True)")
+        if cfg_file.exists():
+            raise ConfigError(
+                f"{run_path} already holds a run; resume it with `tempo-rl train --resume {run_path}` or choose "
+                "another run.run_dir"
+            )
+        run_path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(cfg_file, config.to_toml())
+    assert config is not None
+    show = config.run.console if console is None else console
+
+    checkpoint = latest_checkpoint(run_path) if resume else None
+    state: TrainerState | None = None
+    backend_state: str | None = None
+    if checkpoint is not None:
+        _truncate(run_path / METRICS_FILE, checkpoint.offsets.get(METRICS_FILE, 0))
+        _truncate(run_path / TRAJECTORIES_FILE, checkpoint.offsets.get(TRAJECTORIES_FILE, 0))
+        if checkpoint.store_path is not None:
+            StateStore.restore_file(checkpoint.store_path, run_path / STORE_FILE)
+        state = TrainerState.from_json(checkpoint.trainer_state)
+        backend_state = checkpoint.backend_state
+        if show:
+            print(f"resuming {run_path} after update {checkpoint.update}", flush=True)
+    elif resume:  # died before its first checkpoint: start over in place
+        for name in (METRICS_FILE, TRAJECTORIES_FILE):
+            _truncate(run_path / name, 0)
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(run_path / STORE_FILE) + suffix).unlink(missing_ok=True)
+        shutil.rmtree(run_path / "checkpoints", ignore_errors=True)
+
+    from tempo_rl.training.metrics import MetricsLogger
+
+    logger = MetricsLogger(
+        run_path,
+        swanlab=config.run.swanlab,
+        wandb=config.run.wandb,
+        project=config.run.project,
+        console=show,
+    )
+    trajectories = _JsonlWriter(run_path / TRAJECTORIES_FILE)
+    trainer = build_trainer(
+        config,
+        run_path,
+        resume=resume,
+        log=logger.log,
+        write_trajectories=trajectories.write if config.run.save_trajectories else None,
+        state=state,
+        backend_state=backend_state,
+        service_client=service_client,
+    )
+
+    def checkpoint_now(t: MacroStepTrainer) -> None:
+        save_checkpoint(
+            run_path,
+            update=t.state.update,
+            trainer_state=t.state.to_json(),
+            training_client=t.c.training_client,
+            store=t.c.store,
+            offsets={
+                METRICS_FILE: _file_size(run_path / METRICS_FILE),
+                TRAJECTORIES_FILE: _file_size(run_path / TRAJECTORIES_FILE),
+            },
+        )
+
+    def on_update_end(t: MacroStepTrainer) -> None:
+        every = config.run.checkpoint_every
+        if t.state.update % every == 0 or t.state.update == t.total_updates():
+            checkpoint_now(t)
+
+    trainer._on_update_end = on_update_end
+    try:
+        if not trainer.state.warmstart_done:
+            if config.warmstart.enabled:
+                from tempo_rl.training.warmstart import warm_start
+
+                ws = warm_start(trainer)
+            else:
+                ws = {}
+            ws.update(trainer.initial_eval())
+            if ws:
+                logger.log(0, ws)
+            trainer.state.warmstart_done = True
+            checkpoint_now(trainer)
+        trainer.train(max_updates=max_updates)
+    finally:
+        logger.close()
+        trajectories.close()
+        trainer.c.pool.close() if hasattr(trainer.c.pool, "close") else None
+        trainer.c.store.close()
+    summary = summarize(run_path / METRICS_FILE)
+    summary["updates_done"] = trainer.state.update
+    summary["run_dir"] = str(run_path)
+    atomic_write_text(run_path / SUMMARY_FILE, json.dumps(summary, indent=1, default=_json_default))
+    if show:
+        print(format_summary(summary), flush=True)
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------ summary
+
+
+def _read_metrics(path: Path) -> list[dict[str, Any]]:
+    records = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line:
+                records.append(json.loads(line))
+    return records
+
+
+def _metric(record: Mapping[str, Any], key: str) -> float:
+    value = record.get(key)
+    if value is None and isinstance(record.get("metrics"), Mapping):
+        value = record["metrics"].get(key)
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
+def summarize(metrics_path: Path) -> dict[str, Any]:
+    """The end-of-run summary from ``metrics.jsonl``: critic error first vs last warm-up update, the TD
+    success curve (eval success where evaluated, else the terminal-won rate of TD branches), states reused."""
+    records = _read_metrics(metrics_path)
+    warm = [r for r in records if _metric(r, "train/phase") == 0.0]
+    td = [r for r in records if _metric(r, "train/phase") == 1.0]
+    err = [_metric(r, "critic/abs_error_mean") for r in warm]
+    evals = [(int(r.get("step", 0)), _metric(r, "eval/success_rate")) for r in records]
+    evals = [(s, v) for s, v in evals if not math.isnan(v)]
+    return {
+        "updates": len(warm) + len(td),
+        "warmup_updates": len(warm),
+        "td_updates": len(td),
+        "critic_abs_error_first_warmup": err[0] if err else math.nan,
+        "critic_abs_error_last_warmup": err[-1] if err else math.nan,
+        "critic_abs_error_td_last": _metric(td[-1], "critic/abs_error_mean") if td else math.nan,
+        "td_terminal_won_rate": [_metric(r, "actor/terminal_won_rate") for r in td],
+        "eval_success": evals,
+        "states_reused_total": _metric(td[-1], "td/reused_states_total") if td else 0.0,
+        "store_size": _metric(records[-1], "store/size") if records else math.nan,
+    }
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """A short human-readable end-of-run summary."""
+
+    def f(x: Any) -> str:
+        return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+    lines = [
+        "== tempo-rl run summary ==",
+        f"updates: {summary.get('updates')} ({summary.get('warmup_updates')} warm-up, {summary.get('td_updates')} TD)",
+        f"critic abs error, warm-up: first {f(summary.get('critic_abs_error_first_warmup'))} -> last "
+        f"{f(summary.get('critic_abs_error_last_warmup'))}; last TD {f(summary.get('critic_abs_error_td_last'))}",
+    ]
+    evals = summary.get("eval_success") or []
+    if evals:
+        lines.append("eval success: " + ", ".join(f"u{s}={v:.2f}" for s, v in evals))
+    won = summary.get("td_terminal_won_rate") or []
+    if won:
+        lines.append("TD branch success: " + " ".join(f(x) for x in won))
+    lines.append(
+        f"stored states restored and reused in TD: {f(summary.get('states_reused_total'))}; "
+        f"store size {f(summary.get('store_size'))}"
+    )
+    return "\n".join(lines)

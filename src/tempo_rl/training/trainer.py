@@ -1,0 +1,474 @@
+"""The abstract :class:`MacroStepTrainer`: the update loop and the steps every trainer shares.
+
+A trainer owns the clients, the critic, the state store, the env worker pool and a small JSON-serialisable
+:class:`TrainerState` (update counter, policy version, fresh-game cursor, RNG state). Its loop is::
+
+    while state.update < total_updates:
+        metrics = update(state.update)          # subclass: one warm-up / TD / GRPO update
+        state.update += 1
+        log(metrics); maybe checkpoint()
+
+Subclasses implement :meth:`MacroStepTrainer.update` with the overridable steps defined here: fresh starts and
+restores (:meth:`fresh_starts`, :meth:`restore_starts`), rollouts (:meth:`rollout`), critic estimates
+(:meth:`estimate_many`), Datum assembly (:meth:`actor_datums`, :meth:`critic_datums`) and the optimiser step
+(:meth:`train_step`: every Datum of the update through chunked ``forward_backward`` calls, then ONE
+``optim_step``, then a fresh sampling client = the next policy version).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tempo_rl.backends.types import AdamParams, Datum, SamplingClient, SamplingParams, TrainingClient
+from tempo_rl.critic.base import Critic, CriticEstimates, CriticQuery
+from tempo_rl.envs.snapshot import EnvSpec, Snapshot
+from tempo_rl.rollout.datums import completion_datum, make_datum
+from tempo_rl.rollout.tool_call import ToolCallParser
+from tempo_rl.training.config import TrainConfig
+from tempo_rl.training.rollout import BranchResult, RolloutSettings, RolloutStats, run_branches
+from tempo_rl.training.store import StoredState
+
+__all__ = ["MacroStepTrainer", "StartState", "TrainerComponents", "TrainerState", "UpdateTimer"]
+
+#: Advantages at or below this magnitude carry no gradient: such Datums are not sent.
+ADV_ATOL = 1e-12
+
+
+@dataclass
+class TrainerState:
+    """Everything the loop needs to resume exactly (checkpointed as JSON).
+
+    Attributes:
+        update: updates completed (the next update has this index).
+        policy_version: optimiser steps applied to the policy (the version that samples the next update).
+        fresh_cursor: index of the next fresh training game (``EnvConfig.train_game(fresh_cursor)``).
+        rng_state: the numpy ``PCG64`` bit-generator state.
+        states_reused_total: stored states restored and trained from so far.
+        warmstart_done: the supervised warm start has run (it is never repeated on resume).
+    """
+
+    update: int = 0
+    policy_version: int = 0
+    fresh_cursor: int = 0
+    rng_state: dict[str, Any] = field(default_factory=dict)
+    states_reused_total: int = 0
+    warmstart_done: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return {
+            "update": self.update,
+            "policy_version": self.policy_version,
+            "fresh_cursor": self.fresh_cursor,
+            "rng_state": self.rng_state,
+            "states_reused_total": self.states_reused_total,
+            "warmstart_done": self.warmstart_done,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainerState:
+        """Inverse of :meth:`to_json`."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class TrainerComponents:
+    """What a trainer drives (built by :func:`tempo_rl.training.run.build_components`).
+
+    Attributes:
+        training_client: forward_backward / optim_step / save_state.
+        sampler: the sampling client of the current policy version.
+        chat: the actor's :class:`~tempo_rl.rollout.renderer.ChatRenderer`.
+        critic: the critic (usually :class:`~tempo_rl.critic.GenerativeCritic`).
+        store: the :class:`~tempo_rl.training.store.StateStore`.
+        pool: the env worker pool (``await pool.call(env, method, *args)``).
+        parser: the single-tool-call parser.
+        make_env: ``(spec, seed) -> live env`` at the reset state (a ``RecordedEnv``).
+        restore_branches: ``(snapshot, n) -> n live envs`` at the snapshot's state (verified).
+    """
+
+    training_client: TrainingClient
+    sampler: SamplingClient
+    chat: Any
+    critic: Critic
+    store: Any
+    pool: Any
+    parser: ToolCallParser
+    make_env: Callable[[Any, int], Any]
+    restore_branches: Callable[[Snapshot, int], list[Any]]
+    cache: Any = None
+
+
+@dataclass
+class StartState:
+    """A start of N branches: a stored state or a fresh game, with its live branch envs."""
+
+    state: StoredState
+    envs: list[Any]
+    fresh: bool
+
+
+class UpdateTimer:
+    """Wall-clock split of one update into named parts (seconds)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = {}
+        self._t0 = time.perf_counter()
+
+    def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to part ``name``."""
+        self.parts[name] = self.parts.get(name, 0.0) + seconds
+
+    def total(self) -> float:
+        """Seconds since the timer was created."""
+        return time.perf_counter() - self._t0
+
+
+class MacroStepTrainer(abc.ABC):
+    """The update loop shared by TEMPO and the GRPO baseline; subclasses implement :meth:`update`.
+
+    Args:
+        config: the validated run config.
+        components: clients, critic, store, pool (see :class:`TrainerComponents`).
+        state: the loop state (a fresh one seeded from ``config.run.seed`` when None).
+        log: ``(step, metrics) -> None``, called after every update.
+        on_update_end: called after every update (the run checkpoints here).
+        write_trajectories: ``(records) -> None`` for trajectory JSONL records.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        components: TrainerComponents,
+        *,
+        state: TrainerState | None = None,
+        log: Callable[[int, Mapping[str, float]], None] | None = None,
+        on_update_end: Callable[[MacroStepTrainer], None] | None = None,
+        write_trajectories: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.c = components
+        if state is None:
+            state = TrainerState()
+        if not state.rng_state:
+            state.rng_state = dict(np.random.Generator(np.random.PCG64(config.run.seed)).bit_generator.state)
+        self.state = state
+        self.rng = np.random.Generator(np.random.PCG64())
+        self.rng.bit_generator.state = state.rng_state
+        self._log = log
+        self._on_update_end = on_update_end
+        self._write_trajectories = write_trajectories
+
+    # ---------------------------------------------------------------------------------------------- loop
+
+    @abc.abstractmethod
+    def total_updates(self) -> int:
+        """How many updates the whole run has."""
+
+    @abc.abstractmethod
+    async def update(self, index: int) -> dict[str, float]:
+        """Run update ``index`` (0-based) and return its metrics (slash-namespaced keys)."""
+
+    def train(self, max_updates: int | None = None) -> None:
+        """Run updates until :meth:`total_updates` (or ``max_updates`` more) are done; resumable."""
+        done = 0
+        while self.state.update < self.total_updates():
+            if max_updates is not None and done >= max_updates:
+                return
+            t0 = time.perf_counter()
+            metrics = asyncio.run(self.update(self.state.update))
+            metrics["time/update_seconds"] = time.perf_counter() - t0
+            if self._should_eval(self.state.update + 1):
+                t1 = time.perf_counter()
+                metrics.update(asyncio.run(self.evaluate(self.config.run.eval_episodes)))
+                metrics["time/eval_seconds"] = time.perf_counter() - t1
+            metrics["train/policy_version"] = float(self.state.policy_version)
+            self.state.update += 1
+            self.state.rng_state = dict(self.rng.bit_generator.state)
+            if self._log is not None:
+                self._log(self.state.update, metrics)
+            if self._on_update_end is not None:
+                self._on_update_end(self)
+            done += 1
+
+    def _should_eval(self, updates_done: int) -> bool:
+        every = self.config.run.eval_every
+        if every <= 0:
+            return False
+        return updates_done % every == 0 or updates_done == self.total_updates()
+
+    def initial_eval(self) -> dict[str, float]:
+        """Evaluation before the first update (logged at step 0), when evaluation is enabled."""
+        if self.config.run.eval_every <= 0:
+            return {}
+        return asyncio.run(self.evaluate(self.config.run.eval_episodes))
+
+    # ---------------------------------------------------------------------------------------------- starts
+
+    def sampling_params(self, *, temperature: float | None = None) -> SamplingParams:
+        """The actor's sampling parameters, with a fresh seed from the trainer RNG (reproducible runs)."""
+        s = self.config.sampling
+        return SamplingParams(
+            max_tokens=s.max_tokens,
+            temperature=s.temperature if temperature is None else temperature,
+            top_p=s.top_p,
+            seed=int(self.rng.integers(0, 2**31 - 1)),
+            stop=self.stop_tokens(),
+        )
+
+    def stop_tokens(self) -> tuple[int, ...] | None:
+        """Stop token ids of one assistant turn (the tokenizer's EOS), when known."""
+        tokenizer = getattr(self.c.chat, "tokenizer", None)
+        eos = getattr(tokenizer, "eos_token_id", None)
+        return (int(eos),) if eos is not None else None
+
+    def next_fresh_game(self) -> tuple[EnvSpec, int]:
+        """``(spec, seed)`` of the next fresh training game (advances the data cursor)."""
+        game = self.config.env.train_game(self.state.fresh_cursor)
+        self.state.fresh_cursor += 1
+        return game
+
+    async def fresh_start(self, n: int, game: tuple[EnvSpec, int] | None = None) -> StartState:
+        """A fresh game (the next training game unless given) reset in ``n`` live branch envs."""
+        spec, seed = game if game is not None else self.next_fresh_game()
+        env = await asyncio.to_thread(self.c.make_env, spec, seed)
+        snapshot = env.snapshot()
+        obs = env.last_observation
+        envs = [env]
+        if n > 1:
+            envs += await asyncio.to_thread(self.c.restore_branches, snapshot, n - 1)
+        task = str(obs.info.get("task", "")) if obs.info else ""
+        state = StoredState(
+            id=snapshot.id,
+            snapshot=snapshot,
+            game_id=str(spec.kwargs.get(self.config.env.game_kwarg) or f"{spec.name}:{seed}"),
+            task=task,
+            initial_observation=obs.text,
+            history=(),
+            token_prefix=(),
+            prefix_logprob_sum=0.0,
+            policy_version=self.state.policy_version,
+            macro_index=0,
+            parent_id=None,
+            privileged_info=env.privileged_info(),
+        )
+        return StartState(state=state, envs=envs, fresh=True)
+
+    async def restore_start(self, state: StoredState, n: int) -> StartState | None:
+        """Restore ``n`` verified branches of a stored state; a divergence quarantines it and returns None."""
+        try:
+            envs = await asyncio.to_thread(self.c.restore_branches, state.snapshot, n)
+        except Exception as exc:  # ReplayDivergenceError or an env crash: drop this state, count it
+            self.c.store.quarantine(state.id, f"{type(exc).__name__}: {exc}")
+            return None
+        return StartState(state=state, envs=list(envs), fresh=False)
+
+    @staticmethod
+    def close_envs(starts: Sequence[StartState]) -> None:
+        """Close every live env of ``starts``."""
+        for start in starts:
+            for env in start.envs:
+                try:
+                    env.close()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    pass
+
+    # ---------------------------------------------------------------------------------------------- rollout
+
+    def rollout_settings(
+        self, *, segment_rounds: int | None, temperature: float | None = None
+    ) -> RolloutSettings:
+        """Rollout settings from the config; ``segment_rounds=None`` plays full episodes."""
+        s = self.config.sampling
+        return RolloutSettings(
+            sampling=self.sampling_params(temperature=temperature),
+            max_rounds=self.config.tempo.max_rounds,
+            segment_rounds=segment_rounds,
+            max_trajectory_tokens=s.max_trajectory_tokens,
+            show_remaining_steps=s.show_remaining_steps,
+            tool_name=self.c.parser.tool_name,
+        )
+
+    async def rollout(
+        self, starts: Sequence[StartState], settings: RolloutSettings
+    ) -> tuple[list[list[BranchResult]], RolloutStats]:
+        """Play the branches of every start (see :func:`~tempo_rl.training.rollout.run_branches`)."""
+        return await run_branches(
+            [s.state for s in starts],
+            [s.envs for s in starts],
+            sampler=self.c.sampler,
+            chat=self.c.chat,
+            settings=settings,
+            pool=self.c.pool,
+            parser=self.c.parser,
+        )
+
+    # ---------------------------------------------------------------------------------------------- critic
+
+    def critic_query(
+        self, state: StoredState, history: Sequence[tuple[str, str]], round_index: int
+    ) -> CriticQuery:
+        """The critic's view of a state: task, initial observation, history, privileged info, step budget."""
+        t = self.config.tempo
+        remaining = max(0, t.max_rounds - round_index) if self.config.sampling.show_remaining_steps else None
+        return CriticQuery(
+            task=state.task,
+            history=tuple((str(a), str(o)) for a, o in history),
+            initial_observation=state.initial_observation,
+            privileged_info=state.privileged_info,
+            remaining_steps=remaining,
+            r_max=t.r_max,
+        )
+
+    async def estimate_many(self, queries: Sequence[CriticQuery], k: int) -> list[CriticEstimates]:
+        """K critic estimates of every query, concurrently."""
+        return list(await asyncio.gather(*(self.c.critic.estimate(q, k, self.c.sampler) for q in queries)))
+
+    # ---------------------------------------------------------------------------------------------- datums
+
+    def vocab_size(self) -> int | None:
+        """``len(tokenizer)`` of the actor's renderer, when known (Datums are validated against it)."""
+        tokenizer = getattr(self.c.chat, "tokenizer", None)
+        return len(tokenizer) if tokenizer is not None else None
+
+    def actor_datums(
+        self, branches: Sequence[BranchResult], advantages: Sequence[float], *, role: str = "actor"
+    ) -> list[Datum]:
+        """One Datum per branch with a non-zero advantage: context (prefix, observations) logprob 0 / advantage
+        0; this segment's sampled tokens carry their sampled logprobs and the branch advantage. Context after
+        the last sampled token (the final observation turn) is cut: it carries no loss."""
+        out = []
+        for branch, adv in zip(branches, advantages):
+            if not math.isfinite(adv) or abs(adv) <= ADV_ATOL or not any(branch.sampled_mask):
+                continue
+            tokens, logprobs, mask = branch.arrays()
+            end = int(np.flatnonzero(mask)[-1]) + 1
+            advs = np.where(mask, np.float32(adv), np.float32(0.0))
+            out.append(
+                make_datum(
+                    tokens[:end].tolist(),
+                    logprobs[:end].tolist(),
+                    advs[:end].tolist(),
+                    vocab_size=self.vocab_size(),
+                    role=role,
+                )
+            )
+        return out
+
+    def critic_datums(self, estimates: CriticEstimates, advantages: Sequence[float]) -> list[Datum]:
+        """One Datum per critic sample with a non-zero advantage (prompt = context, completion = trained)."""
+        out = []
+        for sample, adv in zip(estimates.samples, advantages):
+            if not math.isfinite(adv) or abs(adv) <= ADV_ATOL or not sample.sequence.tokens:
+                continue
+            out.append(
+                completion_datum(
+                    sample.prompt_tokens,
+                    sample.sequence.tokens,
+                    sample.sequence.logprobs,
+                    float(adv),
+                    vocab_size=self.vocab_size(),
+                    role="critic",
+                )
+            )
+        return out
+
+    # ---------------------------------------------------------------------------------------------- training
+
+    def adam_params(self) -> AdamParams:
+        """Adam settings from ``config.optim``."""
+        o = self.config.optim
+        return AdamParams(
+            learning_rate=o.learning_rate,
+            beta1=o.beta1,
+            beta2=o.beta2,
+            eps=o.eps,
+            weight_decay=o.weight_decay,
+            grad_clip_norm=o.grad_clip_norm,
+        )
+
+    def loss_config(self) -> dict[str, float] | None:
+        """``loss_fn_config`` for PPO (ratio bounds); None for importance sampling."""
+        o = self.config.optim
+        if o.loss_fn == "ppo":
+            return {"clip_low_threshold": o.clip_low_threshold, "clip_high_threshold": o.clip_high_threshold}
+        return None
+
+    def train_step(self, datums: Sequence[Datum], timer: UpdateTimer | None = None) -> dict[str, float]:
+        """All Datums through chunked ``forward_backward`` calls, then ONE ``optim_step``, then a new sampler.
+
+        With no Datum (every group degenerate) no step is taken and the policy version does not change.
+        Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage), loss.
+        """
+        t0 = time.perf_counter()
+        metrics: dict[str, float] = {
+            "train/actor_datums": float(sum(1 for d in datums if d.tags.get("role") == "actor")),
+            "train/critic_datums": float(sum(1 for d in datums if d.tags.get("role") == "critic")),
+            "train/batch_size": float(len(datums)),
+            "train/tokens": float(sum(len(d.model_input) for d in datums)),
+            "train/loss_tokens": float(
+                sum(
+                    int(np.count_nonzero(d.loss_fn_inputs["advantages"]))
+                    for d in datums
+                    if "advantages" in d.loss_fn_inputs
+                )
+            ),
+            "train/optim_steps": 0.0,
+        }
+        if datums:
+            chunk = self.config.optim.chunk_datums
+            loss = 0.0
+            for i in range(0, len(datums), chunk):
+                out = self.c.training_client.forward_backward(
+                    list(datums[i : i + chunk]), self.config.optim.loss_fn, self.loss_config()
+                )
+                loss += float(out.loss)
+            self.c.training_client.optim_step(self.adam_params())
+            self.state.policy_version += 1
+            self.c.sampler = self.c.training_client.save_weights_and_get_sampling_client(
+                f"policy-{self.state.policy_version:06d}"
+            )
+            metrics["train/loss"] = loss
+            metrics["train/optim_steps"] = 1.0
+        if timer is not None:
+            timer.add("training", time.perf_counter() - t0)
+        return metrics
+
+    def write_trajectories(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Append trajectory records to the run's JSONL (no-op without a writer)."""
+        if self._write_trajectories is not None and records:
+            self._write_trajectories(records)
+
+    # ---------------------------------------------------------------------------------------------- eval
+
+    async def evaluate(self, episodes: int) -> dict[str, float]:
+        """Success of the current policy on the first ``episodes`` evaluation games (full episodes, one branch
+        each, at ``sampling.eval_temperature``). Does not move the training data cursor."""
+        env_cfg = self.config.env
+        games = [env_cfg.eval_game(j) for j in range(min(episodes, env_cfg.num_eval_seeds))]
+        starts = list(await asyncio.gather(*(self.fresh_start(1, game) for game in games)))
+        try:
+            results, stats = await self.rollout(
+                starts,
+                self.rollout_settings(segment_rounds=None, temperature=self.config.sampling.eval_temperature),
+            )
+        finally:
+            self.close_envs(starts)
+        branches = [row[0] for row in results]
+        return {
+            "eval/success_rate": float(np.mean([b.won for b in branches])) if branches else math.nan,
+            "eval/return_mean": float(np.mean([b.segment_reward for b in branches]))
+            if branches
+            else math.nan,
+            "eval/steps_mean": float(np.mean([b.rounds for b in branches])) if branches else math.nan,
+            "eval/valid_tool_call_rate": stats.valid_tool_calls / stats.turns if stats.turns else math.nan,
+            "eval/episodes": float(len(branches)),
+        }

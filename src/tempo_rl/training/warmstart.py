@@ -1,0 +1,179 @@
+"""Optional supervised warm start of the actor on expert walkthroughs (cross-entropy), before RL.
+
+Small local models start from random weights and would never produce a valid tool call, so RL would see no
+signal. The warm start behaviour-clones the env's expert (:meth:`ReplayableEnv.walkthrough`) on
+``warmstart.episodes`` training games:
+
+* a demonstration is the actor's own conversation format (:func:`~tempo_rl.training.rollout.build_actor_messages`,
+  observation turns, one tool call per turn), rendered token-exactly with the actor's renderer;
+* with probability ``warmstart.noise`` a step executes a random admissible action instead of the expert's (as
+  context only: weight 0, so the model sees off-expert states but does not learn to act randomly); the demo goes
+  on with the walkthrough while its next action is admissible, and stops otherwise;
+* a share ``warmstart.critic_format_share`` of the demos also yields one critic *format* example: the critic prompt of a random state of the demo answered
+  with ``<value>v</value>`` where ``v`` is drawn uniformly from {0, 0.1, ..., 1} x R_max. It teaches only the
+  answer format, no value information (the value is independent of the state): what the critic knows about values
+  it must learn in the RL warm-up.
+
+Loss: ``cross_entropy`` with weight 1 on the expert's tool-call tokens (and the EOS that ends the turn) and on the
+critic's answer tokens, 0 elsewhere; Adam with ``warmstart.learning_rate``, one ``optim_step`` per batch of
+``warmstart.batch_size`` Datums, ``warmstart.epochs`` passes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tempo_rl.backends.types import AdamParams, Datum
+from tempo_rl.critic.base import CriticQuery
+from tempo_rl.envs.snapshot import EnvSpec
+from tempo_rl.rollout.datums import SequenceBuilder, sft_datum
+from tempo_rl.rollout.tool_call import format_tool_call
+from tempo_rl.training.rollout import OBSERVATION_ROLE, build_actor_messages, format_observation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tempo_rl.training.trainer import MacroStepTrainer
+
+__all__ = ["demonstration_datums", "warm_start"]
+
+
+def demonstration_datums(
+    trainer: MacroStepTrainer, game: tuple[EnvSpec, int], rng: np.random.Generator
+) -> list[Datum]:
+    """The actor Datum of one (noisy) expert demonstration on ``game = (spec, seed)``, plus (sometimes) one
+    critic format Datum.
+
+    Raises:
+        ValueError: the env offers no walkthrough (a warm start needs an expert).
+    """
+    cfg = trainer.config
+    chat = trainer.c.chat
+    tokenizer = chat.tokenizer
+    eos = tokenizer.eos_token_id
+    tool = trainer.c.parser.tool_name
+    show = cfg.sampling.show_remaining_steps
+    T = cfg.tempo.max_rounds
+    spec, seed = game
+    env = trainer.c.make_env(spec, seed)
+    try:
+        plan = list(env.walkthrough() or ())
+        if not plan:
+            raise ValueError(
+                f"env {cfg.env.name!r} (seed {seed}) has no walkthrough(); disable warmstart.enabled or use an "
+                "env with an expert"
+            )
+        obs = env.last_observation
+        initial = obs.text
+        task = str(obs.info.get("task", "")) if obs.info else ""
+        privileged = env.privileged_info()
+        state = chat.start(build_actor_messages(obs, tool_name=tool, remaining_steps=T if show else None))
+        seq = SequenceBuilder()
+        seq.add_context(state.tokens)
+        weights: list[float] = [0.0] * len(state.tokens)
+        history: list[tuple[str, str]] = []
+        rounds = 0
+        while plan and rounds < T:
+            admissible = list(obs.admissible_actions or ())
+            noisy = bool(admissible) and rng.random() < cfg.warmstart.noise
+            action = admissible[int(rng.integers(len(admissible)))] if noisy else plan.pop(0)
+            completion = list(tokenizer.encode(format_tool_call(action, tool), add_special_tokens=False))
+            if eos is not None:
+                completion.append(int(eos))
+            seq.add_sampled(completion, [0.0] * len(completion))
+            weights.extend([0.0 if noisy else 1.0] * len(completion))
+            result = env.step(action)
+            rounds += 1
+            obs = result.observation
+            history.append((action, obs.text))
+            if result.terminated or result.truncated or rounds >= T:
+                break
+            if plan and obs.admissible_actions is not None and plan[0] not in obs.admissible_actions:
+                break  # the noise broke the plan: the expert's next action no longer applies
+            text = format_observation(obs, remaining_steps=T - rounds if show else None)
+            ext = chat.extend(state, completion, [{"role": OBSERVATION_ROLE, "content": text}])
+            if ext.restarted:
+                break
+            if len(seq) + len(ext.appended) + cfg.sampling.max_tokens > cfg.sampling.max_trajectory_tokens:
+                break
+            seq.add_context(ext.appended)
+            weights.extend([0.0] * len(ext.appended))
+            state = ext.state
+        datums = [_weighted_sft(seq, weights, trainer.vocab_size())]
+        t = int(rng.integers(0, len(history) + 1))
+        query = CriticQuery(
+            task=task,
+            history=history[:t],
+            initial_observation=initial,
+            privileged_info=privileged,
+            remaining_steps=T - t if show else None,
+            r_max=cfg.tempo.r_max,
+        )
+        prompt_fn = getattr(trainer.c.critic, "prompt_tokens", None)
+        prompt = prompt_fn(query)[0] if callable(prompt_fn) else None
+        if prompt is not None and rng.random() < cfg.warmstart.critic_format_share:
+            value = int(rng.integers(0, 11)) / 10 * cfg.tempo.r_max
+            answer = list(tokenizer.encode(f"<value>{value:.1f}</value>", add_special_tokens=False))
+            if eos is not None:
+                answer.append(int(eos))
+            datums.append(sft_datum(prompt, answer, vocab_size=trainer.vocab_size(), role="critic"))
+        return datums
+    finally:
+        env.close()
+
+
+def _weighted_sft(seq: SequenceBuilder, weights: list[float], vocab_size: int | None) -> Datum:
+    datum = seq.to_sft_datum(1.0, vocab_size=vocab_size, role="actor")
+    w = np.asarray(weights, dtype=np.float32)[1:]
+    return Datum(
+        model_input=datum.model_input,
+        loss_fn_inputs={"target_tokens": datum.loss_fn_inputs["target_tokens"], "weights": w},
+        tags=dict(datum.tags),
+    )
+
+
+def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
+    """Run the supervised warm start (see the module docstring); returns ``warmstart/*`` metrics.
+
+    Uses training seeds ``0 .. episodes-1`` of the env config (the RL data cursor is not moved) and the
+    trainer's RNG (so a resumed run never repeats it: the run records ``warmstart_done``).
+    """
+    cfg = trainer.config
+    ws = cfg.warmstart
+    t0 = time.perf_counter()
+    datums: list[Datum] = []
+    for i in range(ws.episodes):
+        datums.extend(demonstration_datums(trainer, cfg.env.train_game(i), trainer.rng))
+    build_s = time.perf_counter() - t0
+    adam = AdamParams(
+        learning_rate=ws.learning_rate,
+        beta1=cfg.optim.beta1,
+        beta2=cfg.optim.beta2,
+        eps=cfg.optim.eps,
+        weight_decay=cfg.optim.weight_decay,
+        grad_clip_norm=cfg.optim.grad_clip_norm,
+    )
+    losses: list[float] = []
+    steps = 0
+    for _ in range(ws.epochs):
+        order = trainer.rng.permutation(len(datums))
+        for b in range(0, len(order), ws.batch_size):
+            batch = [datums[int(k)] for k in order[b : b + ws.batch_size]]
+            out = trainer.c.training_client.forward_backward(batch, "cross_entropy", None)
+            tokens = sum(float(np.sum(d.loss_fn_inputs["weights"])) for d in batch)
+            losses.append(float(out.loss) / max(tokens, 1.0))
+            trainer.c.training_client.optim_step(adam)
+            steps += 1
+    trainer.state.policy_version += 1
+    trainer.c.sampler = trainer.c.training_client.save_weights_and_get_sampling_client(
+        f"policy-{trainer.state.policy_version:06d}"
+    )
+    return {
+        "warmstart/datums": float(len(datums)),
+        "warmstart/optim_steps": float(steps),
+        "warmstart/loss_first": losses[0] if losses else float("nan"),
+        "warmstart/loss_last": losses[-1] if losses else float("nan"),
+        "warmstart/build_seconds": build_s,
+        "warmstart/seconds": time.perf_counter() - t0,
+    }

@@ -1,0 +1,202 @@
+"""The generative critic: one K-sample request, strict parsing, middle-out truncation, endpoint values."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from tempo_rl.backends.types import SampledSequence, SampleResult, SamplingParams
+from tempo_rl.critic import (
+    CriticEstimates,
+    CriticQuery,
+    GenerativeCritic,
+    ValueStatus,
+    bootstrap_value,
+    build_critic_messages,
+    endpoint_value,
+    kept_turns,
+    status_counts,
+)
+
+
+def word_renderer(messages: Sequence[dict[str, str]]) -> list[int]:
+    """A toy chat renderer: one token per whitespace-separated word, plus role markers."""
+    tokens: list[int] = []
+    for message in messages:
+        tokens.append(1 if message["role"] == "system" else 2)
+        tokens.extend(3 + (sum(map(ord, word)) % 997) for word in message["content"].split())
+    tokens.append(0)  # generation prompt
+    return tokens
+
+
+class ScriptedSampler:
+    """Returns the scripted completions and records every request."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = list(texts)
+        self.calls: list[tuple[list[int], int, SamplingParams]] = []
+
+    async def sample_async(
+        self, prompt: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> SampleResult:
+        self.calls.append((list(prompt), num_samples, params))
+        seqs = tuple(
+            SampledSequence(tokens=(7, 8), logprobs=(-0.1, -0.2), text=self.texts[i % len(self.texts)])
+            for i in range(num_samples)
+        )
+        return SampleResult(sequences=seqs)
+
+
+PARAMS = SamplingParams(max_tokens=32)
+
+
+def make_query(n_turns: int = 3, **kw: object) -> CriticQuery:
+    history = tuple((f"go to room {i}", f"You arrive at room {i}. It is dark here.") for i in range(n_turns))
+    args: dict[str, object] = {
+        "task": "find the key",
+        "history": history,
+        "initial_observation": "You are in the hall.",
+        "privileged_info": "WALKTHROUGH: go to room 2, take key",
+        "remaining_steps": 7,
+    }
+    args.update(kw)
+    return CriticQuery(**args)  # type: ignore[arg-type]
+
+
+def test_k_samples_in_one_request_parsed_strictly() -> None:
+    sampler = ScriptedSampler(["<value>0.2</value>", "no idea", "<value>1.5</value>", "<value>0.6</value>"])
+    critic = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=10_000)
+    est = asyncio.run(critic.estimate(make_query(), 4, sampler))
+    assert len(sampler.calls) == 1 and sampler.calls[0][1] == 4 and sampler.calls[0][2] is PARAMS
+    np.testing.assert_array_equal(est.values[[0, 2, 3]], [0.2, 1.0, 0.6])
+    assert math.isnan(est.values[1])
+    assert [s.status for s in est.samples] == [
+        ValueStatus.OK,
+        ValueStatus.MISSING,
+        ValueStatus.CLIPPED,
+        ValueStatus.OK,
+    ]
+    assert est.parse_failures == 1 and not est.prompt_too_long and est.omitted_turns == 0
+    assert all(s.prompt_tokens == tuple(sampler.calls[0][0]) for s in est.samples)
+    assert est.samples[0].sequence.logprobs == (-0.1, -0.2)
+    assert endpoint_value(est) == pytest.approx((0.2 + 1.0 + 0.6) / 3)
+    assert status_counts(est)[ValueStatus.CLIPPED] == 1
+
+
+def test_r_max_is_configurable_and_in_the_prompt() -> None:
+    sampler = ScriptedSampler(["<value>1.5</value>", "<value>7</value>"])
+    critic = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=10_000)
+    query = make_query(r_max=2.0)
+    est = asyncio.run(critic.estimate(query, 2, sampler))
+    np.testing.assert_array_equal(est.values, [1.5, 2.0])
+    system, user = build_critic_messages(query)
+    assert "between 0 and 2" in system["content"] and "(0 to 2)" in user["content"]
+
+
+def test_prompt_holds_task_history_privileged_info_and_budget() -> None:
+    system, user = build_critic_messages(make_query())
+    assert system["role"] == "system" and user["role"] == "user"
+    text = user["content"]
+    for needle in [
+        "find the key",
+        "You are in the hall.",
+        "WALKTHROUGH: go to room 2",
+        "Step 3. Actor: go to room 2",
+        "Environment: You arrive at room 2.",
+        "Steps left before the episode is cut off: 7",
+    ]:
+        assert needle in text
+    assert "Steps left" not in build_critic_messages(make_query(remaining_steps=None))[1]["content"]
+
+
+@pytest.mark.parametrize(
+    ("n", "omitted", "expected"), [(10, 0, (3, 7)), (10, 4, (2, 4)), (10, 10, (0, 0)), (1, 0, (0, 1))]
+)
+def test_kept_turns_prefers_recent_turns(n: int, omitted: int, expected: tuple[int, int]) -> None:
+    assert kept_turns(n, omitted) == expected
+
+
+def test_over_budget_prompt_omits_the_fewest_middle_turns() -> None:
+    query = make_query(n_turns=30)
+    critic = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=250)
+    full = word_renderer(critic.messages(query, 0))
+    assert len(full) > 250
+    sampler = ScriptedSampler(["<value>0.5</value>"])
+    est = asyncio.run(critic.estimate(query, 3, sampler))
+    m = est.omitted_turns
+    assert est.prompt_too_long and 0 < m < 30
+    assert len(sampler.calls[0][0]) <= 250
+    assert len(word_renderer(critic.messages(query, m - 1))) > 250  # minimal
+    user = critic.messages(query, m)[1]["content"]
+    head, _ = kept_turns(30, m)
+    assert "Step 1. Actor: go to room 0" in user and "Step 30. Actor: go to room 29" in user
+    assert f"[... steps {head + 1}-{head + m} omitted" in user
+    np.testing.assert_array_equal(est.values, [0.5, 0.5, 0.5])
+
+
+def test_nothing_fits_means_nan_values_and_no_request() -> None:
+    critic = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=5)
+    sampler = ScriptedSampler(["<value>0.5</value>"])
+    est = asyncio.run(critic.estimate(make_query(), 4, sampler))
+    assert sampler.calls == [] and est.prompt_too_long and est.samples == ()
+    assert est.values.shape == (4,) and np.isnan(est.values).all()
+    assert math.isnan(endpoint_value(est))  # never silently 0
+
+
+def test_bootstrap_value_terminated_is_zero_and_truncated_needs_estimates() -> None:
+    est = CriticEstimates(values=np.array([0.4, np.nan, 0.8]), samples=())
+    assert bootstrap_value(True, est) == 0.0 and bootstrap_value(True, None) == 0.0
+    assert bootstrap_value(False, est) == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="truncated endpoint needs critic estimates"):
+        bootstrap_value(False, None)
+
+
+def test_renderer_object_and_hf_style_tokenizer_are_accepted() -> None:
+    class Renderer:
+        def render_generation_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+            return [5] * len(messages)
+
+    class HFLike:
+        def apply_chat_template(self, messages: list[dict[str, str]], **kw: object) -> dict[str, list[int]]:
+            assert kw == {"add_generation_prompt": True, "tokenize": True}
+            return {"input_ids": [9, 9, 9]}
+
+    for renderer, expected in [(Renderer(), (5, 5)), (HFLike(), (9, 9, 9))]:
+        critic = GenerativeCritic(renderer, PARAMS, max_prompt_tokens=100)
+        assert critic.prompt_tokens(make_query()) == (expected, 0)
+    with pytest.raises(TypeError, match="renderer must be a tempo_rl ChatRenderer"):
+        GenerativeCritic(42, PARAMS, max_prompt_tokens=100)
+
+
+def test_bad_inputs_fail_with_clear_messages() -> None:
+    with pytest.raises(ValueError, match="r_max must be a finite number > 0"):
+        make_query(r_max=0.0)
+    with pytest.raises(TypeError, match=r"history\[0\] must be an \(action, observation\) pair"):
+        make_query(history=(("only action",),))
+    with pytest.raises(ValueError, match="remaining_steps must be >= 0"):
+        make_query(remaining_steps=-1)
+    critic = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=100)
+    with pytest.raises(ValueError, match=r"k .* must be >= 1"):
+        asyncio.run(critic.estimate(make_query(), 0, ScriptedSampler(["x"])))
+
+
+def test_with_tempo_rl_chat_renderer_and_offline_tokenizer() -> None:
+    pytest.importorskip(
+        "transformers", reason="needs the local extra (transformers) for the offline tokenizer"
+    )
+    from tempo_rl.backends.local.tokenizer import build_tokenizer
+    from tempo_rl.rollout.renderer import ChatRenderer
+
+    tokenizer = build_tokenizer(["find the key", "go to room", "<value>0.5</value>"], vocab_size=400)
+    critic = GenerativeCritic(ChatRenderer(tokenizer), PARAMS, max_prompt_tokens=100_000)
+    query = make_query()
+    tokens, omitted = critic.prompt_tokens(query)
+    assert omitted == 0 and tokens is not None
+    text = tokenizer.decode(list(tokens), skip_special_tokens=False)
+    assert "WALKTHROUGH: go to room 2, take key" in text and text.rstrip().endswith("assistant")
+    est = asyncio.run(critic.estimate(query, 2, ScriptedSampler(["<value>0.75</value>"])))
+    np.testing.assert_array_equal(est.values, [0.75, 0.75])

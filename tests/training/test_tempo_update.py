@@ -1,0 +1,179 @@
+"""TEMPO updates on KeyDoor with a scripted actor and an oracle critic (no model): the maths and the data flow."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import numpy as np
+import pytest
+from trainer_doubles import scripted_components, tiny_config
+
+from tempo_rl.training.grpo import GrpoTrainer
+from tempo_rl.training.rollout import INVALID_ACTION
+from tempo_rl.training.tempo import TempoTrainer, critic_metrics
+
+
+def _records(records: list) -> list:
+    return records
+
+
+def _trainer(cfg, **kw):
+    comps, sampler, training = scripted_components(cfg, **kw)
+    trajectories: list = []
+    logged: list = []
+    trainer = TempoTrainer(
+        cfg,
+        comps,
+        log=lambda step, m: logged.append((step, dict(m))),
+        write_trajectories=lambda recs: trajectories.extend(recs),
+    )
+    return trainer, sampler, training, trajectories, logged
+
+
+def _datums(training, role):
+    out = []
+    for name, payload in training.calls:
+        if name == "forward_backward":
+            out.extend(d for d in payload if d.tags.get("role") == role)
+    return out
+
+
+def test_td_update_signals_datums_and_store():
+    cfg = tiny_config("tempo.warmup_updates=0", "tempo.td_updates=1", "tempo.fresh_share=1.0")
+    trainer, sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    metrics = asyncio.run(trainer.td_update(0))
+
+    # 2 fresh starts x 4 branches, H = 4 rounds each (the exit is further than 4 rooms)
+    assert metrics["td/fresh_states"] == 2.0 and metrics["td/reused_states"] == 0.0
+    assert len(trajectories) == 8
+    n_actor = 0
+    targets = []
+    for game in range(2):
+        group = trajectories[game * 4 : (game + 1) * 4]
+        returns = [r["return"] for r in group]
+        g = float(np.mean(returns))
+        targets.append(g)
+        for r in group:
+            assert len(r["actions"]) == 4 and r["end_reason"] == "macro_boundary"
+            assert r["return"] == r["endpoint_value"]  # r_n = 0 inside the segment: R_n = V_hat_n
+            assert r["advantage"] == pytest.approx(r["return"] - g)  # A_n = R_n - G
+            n_actor += abs(r["advantage"]) > 1e-12
+    assert len(_datums(training, "actor")) == n_actor == metrics["train/actor_datums"]
+    # the oracle values every start state (no key taken yet) at 0.5: |0.5 - G| averaged over the 2 starts
+    assert metrics["critic/abs_error_mean"] == pytest.approx(np.mean([abs(0.5 - g) for g in targets]))
+    assert metrics["actor/value_target_mean"] == pytest.approx(np.mean(targets))
+    # at most one optimiser step, after every forward_backward
+    names = [c[0] for c in training.calls]
+    assert names.count("optim_step") == (1 if metrics["train/batch_size"] > 0 else 0)
+    if "optim_step" in names:
+        assert names.index("optim_step") > max(i for i, n in enumerate(names) if n == "forward_backward")
+    # endpoints in the store: depth 4, macro index 1, sampled by policy version 0, prefixes extend the start
+    assert metrics["td/new_endpoints"] == len(trainer.c.store) >= 1
+    for state in trainer.c.store.sample(len(trainer.c.store), np.random.default_rng(0)):
+        assert state.snapshot.round_index == 4
+        assert state.macro_index == 1
+        assert state.policy_version == 0
+        assert len(state.history) == 4
+        assert state.prefix_logprob_sum < 0  # the sampled actions' logprobs (-0.25 per token) are summed
+
+
+def test_td_update_from_stored_state_has_hand_computed_advantages():
+    # first update stores endpoints at the key room; the second restores them and branches on the key choice
+    cfg = tiny_config(
+        "tempo.warmup_updates=0", "tempo.td_updates=2", "tempo.fresh_share=0.5", "tempo.states_per_batch=2"
+    )
+    trainer, sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    asyncio.run(trainer.td_update(0))
+    n_before = len(trajectories)
+    metrics = asyncio.run(trainer.td_update(1))
+    recs = trajectories[n_before:]
+    assert metrics["td/reused_states"] == 1.0 and metrics["td/fresh_states"] == 1.0
+    stored_recs = [r for r in recs if not r["fresh"]]
+    assert len(stored_recs) == 4
+    assert {r["start_round"] for r in stored_recs} == {4}  # restored at the stored depth
+    assert metrics["td/macro_index_mean"] == pytest.approx(0.5)  # one start at macro 1, one fresh at 0
+    returns = [r["return"] for r in stored_recs]
+    g = float(np.mean(returns))
+    for r in stored_recs:
+        expected_r = sum(r["rewards"]) + (0.0 if r["end_reason"] == "terminated" else r["endpoint_value"])
+        assert r["return"] == pytest.approx(expected_r)
+        assert r["advantage"] == pytest.approx(r["return"] - g)
+    for d in _datums(training, "actor"):
+        a = d.loss_fn_inputs["advantages"]
+        lp = d.loss_fn_inputs["logprobs"]
+        assert np.any(a != 0)
+        assert np.all((a == 0) | (lp == np.float32(-0.25)))  # advantages only on sampled tokens
+    assert metrics["td/reused_states_total"] == 1.0
+
+
+def test_unparsed_endpoints_are_dropped_or_substituted():
+    cfg = tiny_config("tempo.warmup_updates=0", "tempo.td_updates=1", "tempo.fresh_share=1.0")
+    trainer, *_ = _trainer(cfg, garbage=True)
+    metrics = asyncio.run(trainer.td_update(0))
+    assert metrics["critic/endpoint_parse_failure_rate"] == 1.0
+    assert metrics["actor/dropped_branches"] == 8.0
+    assert math.isnan(metrics["actor/return_mean"])
+
+    cfg2 = tiny_config(
+        "tempo.warmup_updates=0",
+        "tempo.td_updates=1",
+        "tempo.fresh_share=1.0",
+        'tempo.unparsed_endpoint="substitute"',
+        "tempo.unparsed_endpoint_value=0.25",
+    )
+    trainer2, *_ = _trainer(cfg2, garbage=True)
+    metrics2 = asyncio.run(trainer2.td_update(0))
+    assert metrics2["actor/dropped_branches"] == 0.0
+    assert metrics2["actor/return_mean"] == pytest.approx(0.25)
+    assert metrics2["critic/parse_failure_rate"] == 1.0
+
+
+def test_warmup_update_uses_monte_carlo_targets_and_fills_the_store():
+    cfg = tiny_config("tempo.warmup_updates=1", "tempo.td_updates=0", "tempo.warmup_states_per_episode=2")
+    trainer, sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    metrics = asyncio.run(trainer.warmup_update(0))
+    assert len(trajectories) == 8  # 2 games x 4 branches, full episodes
+    for rec in trajectories:
+        assert rec["end_reason"] in ("terminated", "max_rounds")
+        assert rec["return"] == (1.0 if rec["won"] else 0.0)
+    assert metrics["warmup/boundary_states"] == 16  # 2 per episode
+    assert metrics["warmup/stored_states"] >= 1  # warm-up states also go into the store
+    assert metrics["warmup/success_rate"] == pytest.approx(np.mean([r["won"] for r in trajectories]))
+    assert 0.0 <= metrics["target/mc_return_mean"] <= 1.0
+    # critic-only update
+    assert _datums(training, "actor") == []
+
+
+def test_critic_metrics_definitions():
+    from tempo_rl.critic.base import CriticEstimates
+
+    ests = [
+        CriticEstimates(values=np.array([0.5, np.nan, 0.45, 0.9]), samples=()),
+        CriticEstimates(values=np.array([0.0, 0.2, np.nan, np.nan]), samples=(), prompt_too_long=True),
+    ]
+    m = critic_metrics(ests, [0.45, 0.0])
+    # |errors| over parsed samples: 0.05, 0.0, 0.45, 0.0, 0.2 -> mean 0.14
+    assert m["critic/abs_error_mean"] == pytest.approx(0.14)
+    assert m["critic/parse_failure_rate"] == pytest.approx(3 / 8)
+    assert m["critic/prompt_too_long_rate"] == pytest.approx(0.5)
+    assert m["critic/mean_estimate_mean"] == pytest.approx((0.6166666 + 0.1) / 2, rel=1e-5)
+    assert m["critic/value_corr"] == pytest.approx(1.0)  # two states: perfectly ordered
+
+
+def test_grpo_update_centres_episode_returns():
+    cfg = tiny_config('algorithm="grpo"', "grpo.updates=1", "grpo.games_per_batch=2", "grpo.group_size=4")
+    comps, sampler, training = scripted_components(cfg, p_right=0.5)
+    recs: list = []
+    trainer = GrpoTrainer(cfg, comps, write_trajectories=lambda r: recs.extend(r))
+    metrics = asyncio.run(trainer.update(0))
+    assert len(recs) == 8
+    for game in range(2):
+        group = recs[game * 4 : (game + 1) * 4]
+        mean = np.mean([r["return"] for r in group])
+        for r in group:
+            assert r["advantage"] == pytest.approx(r["return"] - mean)
+    assert metrics["grpo/success_rate"] == pytest.approx(np.mean([r["won"] for r in recs]))
+    assert INVALID_ACTION not in {a for r in recs for a in r["actions"]}
+    json.dumps(metrics)
