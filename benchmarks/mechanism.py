@@ -93,30 +93,26 @@ class Scale:
 
 
 ENVS: dict[str, EnvSetting] = {
-    # 2 keys x 3 colours: random key choices win 1/9; a choice is final and its effect shows ~10 steps later
-    "keydoor": EnvSetting("keydoor", {"horizon": 24, "keys": 2, "colours": 3}, 24, 6),
-    # place 4 pieces on 5x5 with 2 fixed, verdict only when all are placed ("final" feedback)
+    # one key of 2 colours in a 12-step corridor (the walkthrough takes 9): the key choice is final and its
+    # consequence (the lock) shows several steps later; reward 1 only at the exit
+    "keydoor": EnvSetting("keydoor", {"horizon": 12, "keys": 1, "colours": 2}, 12, 4),
+    # place 2 pieces on 4x4 with 1 fixed within 8 steps; conflicting placements are refused (and use a step)
     "knights": EnvSetting(
-        "knights", {"size": 5, "preplaced": 2, "place": 4, "max_steps": 16, "feedback": "final"}, 16, 4
+        "knights", {"size": 4, "preplaced": 1, "place": 2, "max_steps": 8, "feedback": "immediate"}, 8, 4
     ),
 }
 
-#: The quick smoke run's env: a 12-step corridor with one key of 2 colours.
-QUICK_ENVS: dict[str, EnvSetting] = {
-    "keydoor": EnvSetting("keydoor", {"horizon": 12, "keys": 1, "colours": 2}, 12, 4),
-    "knights": EnvSetting(
-        "knights", {"size": 4, "preplaced": 1, "place": 2, "max_steps": 8, "feedback": "final"}, 8, 4
-    ),
-}
+#: The quick smoke run uses the same envs (only the scale differs).
+QUICK_ENVS: dict[str, EnvSetting] = dict(ENVS)
 
 FULL = Scale(
     seeds=(0, 1, 2),
     envs=("keydoor", "knights"),
-    budget_steps=2400,
-    eval_points=4,
-    eval_episodes=16,
-    warmstart_episodes=120,
-    warmstart_epochs=2,
+    budget_steps=768,
+    eval_points=3,
+    eval_episodes=12,
+    warmstart_episodes=200,
+    warmstart_epochs=3,
     hidden_size=64,
     num_layers=2,
     vocab_size=512,
@@ -190,7 +186,7 @@ def make_config(
             },
             "grpo": {"updates": 100_000, "games_per_batch": scale.grpo_games, "group_size": scale.branches},
             "sampling": {
-                "max_tokens": 16,
+                "max_tokens": 24,
                 "critic_max_tokens": 12,
                 "max_trajectory_tokens": 4000,
                 "critic_max_prompt_tokens": 3000,
@@ -202,8 +198,8 @@ def make_config(
                 "episodes": scale.warmstart_episodes,
                 "epochs": scale.warmstart_epochs,
                 "noise": 0.3,
-                "learning_rate": 2e-3,
-                "batch_size": 16,
+                "learning_rate": 1e-2,
+                "batch_size": 8,
             },
             "run": {
                 "run_dir": str(run_dir),
@@ -245,6 +241,9 @@ _KEEP = (
     "warmup/success_rate",
     "grpo/success_rate",
     "actor/terminal_won_rate",
+    "critic/parse_failure_rate",
+    "critic/endpoint_parse_failure_rate",
+    "rollout/valid_tool_call_rate",
 )
 
 
@@ -252,30 +251,41 @@ def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and math.isfinite(float(x)) else None
 
 
-def warm_start_once(env: EnvSetting, scale: Scale, seed: int, work: Path) -> tuple[Path, Path, float]:
-    """Build the tokenizer and behaviour-clone the model once per (env, seed); returns (tokenizer dir,
-    backend state path, seconds)."""
+def build_env_tokenizer(env: EnvSetting, scale: Scale, work: Path) -> Path:
+    """The offline tokenizer of ``env`` (trained on its corpus), shared by every seed and arm."""
     from tempo_rl.backends.local.tokenizer import build_tokenizer
+
+    tok_dir = work / f"{env.name}-tokenizer"
+    if not tok_dir.is_dir():
+        probe = make_config(env, scale, 0, "tempo", work / "probe", tok_dir)
+        build_tokenizer(env_corpus(probe), vocab_size=scale.vocab_size).save_pretrained(str(tok_dir))
+    return tok_dir
+
+
+def warm_start_once(
+    env: EnvSetting, scale: Scale, seed: int, work: Path, tok_dir: Path
+) -> tuple[Path, float, dict[str, float]]:
+    """Behaviour-clone the model once per (env, seed) and evaluate it (the step-0 point of every arm's curve).
+
+    Returns (backend state path, seconds, warm-start and evaluation metrics).
+    """
     from tempo_rl.training.warmstart import warm_start
 
     t0 = time.perf_counter()
-    tok_dir = work / f"{env.name}-tokenizer"
-    if not tok_dir.is_dir():
-        probe = make_config(env, scale, seed, "tempo", work / "probe", tok_dir)
-        build_tokenizer(env_corpus(probe), vocab_size=scale.vocab_size).save_pretrained(str(tok_dir))
     ws_dir = work / f"{env.name}-seed{seed}-warmstart"
     cfg = make_config(env, scale, seed, "tempo", ws_dir, tok_dir)
     # demos from seeds disjoint from the RL and evaluation games
-    cfg = cfg.model_copy(
-        update={"env": cfg.env.model_copy(update={"train_seed_start": 500_000 + 10_000 * seed})}
-    )
+    env_cfg = cfg.env.model_copy(update={"train_seed_start": 500_000 + 10_000 * seed})
+    cfg = cfg.model_copy(update={"env": env_cfg})
     trainer = build_trainer(cfg, ws_dir)
     try:
-        warm_start(trainer)
+        metrics = warm_start(trainer)
         path = trainer.c.training_client.save_state("warmstart")
+        ws_s = time.perf_counter() - t0
+        metrics.update(asyncio.run(trainer.evaluate(scale.eval_episodes)))
     finally:
         _close(trainer)
-    return tok_dir, Path(path), time.perf_counter() - t0
+    return Path(path), ws_s, metrics
 
 
 def _close(trainer: MacroStepTrainer) -> None:
@@ -293,6 +303,7 @@ def run_arm(
     work: Path,
     tok_dir: Path,
     ws_state: Path,
+    start_success: float,
     *,
     verbose: bool = False,
 ) -> ArmResult:
@@ -320,11 +331,15 @@ def run_arm(
         eval_s += time.perf_counter() - t0
         out.curve.append((out.steps, float(res["eval/success_rate"])))
 
+    out.curve.append((0, start_success))  # the shared warm start, evaluated once for every arm
     try:
-        evaluate()
         while out.steps < scale.budget_steps:
             trainer.train(max_updates=1)
             turns = int(last.get("rollout/turns", 0))
+            if turns <= 0:
+                raise RuntimeError(
+                    f"{env.name} seed {seed} {arm}: an update played no env step; see {run_dir}"
+                )
             out.steps += turns
             rec = {"steps": float(out.steps)}
             rec.update({k: v for k in _KEEP if (v := _finite(last.get(k))) is not None})
@@ -347,7 +362,33 @@ def run_arm(
         _close(trainer)
     out.time_s["eval"] = eval_s
     out.wall_s = time.perf_counter() - t_start
+    out.time_s["other"] = max(0.0, out.wall_s - sum(out.time_s.values()))  # setup, datums, bookkeeping
     return out
+
+
+def run_seed(
+    env: EnvSetting, scale: Scale, seed: int, work: Path, tok_dir: Path, verbose: bool = False
+) -> tuple[dict[str, Any], float, dict[str, float]]:
+    """Warm start once, then every arm from it: ``({arm: run record}, warm-start seconds, ws metrics)``."""
+    ws_state, ws_s, ws_metrics = warm_start_once(env, scale, seed, work, tok_dir)
+    start = float(ws_metrics["eval/success_rate"])
+    per_arm: dict[str, Any] = {}
+    for arm in ARMS:
+        r = run_arm(env, scale, seed, arm, work, tok_dir, ws_state, start, verbose=verbose)
+        per_arm[arm] = {
+            "curve": r.curve,
+            "updates": r.updates,
+            "time_s": r.time_s,
+            "wall_s": r.wall_s,
+            "steps": r.steps,
+        }
+        print(
+            f"[mechanism] {env.name} seed {seed} {arm}: steps {r.steps}, updates {len(r.updates)}, "
+            f"success {r.curve[0][1]:.2f} -> {r.curve[-1][1]:.2f}, {r.wall_s:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return per_arm, ws_s, ws_metrics
 
 
 # ------------------------------------------------------------------------------------------------ summary
@@ -404,7 +445,7 @@ def summarize(results: Mapping[str, Any], scale: Scale) -> dict[str, Any]:
                 "steps": _mean([r["steps"] for r in runs]),
                 "wall_s": _mean([r["wall_s"] for r in runs]),
                 "time_split_s": {
-                    k: _mean([r["time_s"].get(k, 0.0) for r in runs]) for k in (*TIME_PARTS, "eval")
+                    k: _mean([r["time_s"].get(k, 0.0) for r in runs]) for k in (*TIME_PARTS, "eval", "other")
                 },
             }
             if arm == "tempo_pc":
@@ -501,7 +542,7 @@ def plot(results: Mapping[str, Any], summary: Mapping[str, Any], scale: Scale, p
         for ax in (ax_s, ax_d, ax_e, ax_c):
             ax.set_xlabel("training env steps")
             ax.legend(fontsize=8)
-        parts = (*TIME_PARTS, "eval")
+        parts = (*TIME_PARTS, "eval", "other")
         bottom = np.zeros(len(ARMS))
         for part in parts:
             vals = np.array([summary[env_name][arm]["time_split_s"][part] or 0.0 for arm in ARMS])
@@ -527,6 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--envs", nargs="*", default=None, choices=sorted(ENVS), help="override the envs")
     ap.add_argument("--budget-steps", type=int, default=None, help="override the env-step budget per arm")
     ap.add_argument("--verbose", action="store_true", help="print every update's metrics to stderr")
+    ap.add_argument("--jobs", type=int, default=1, help="(env, seed) tasks run in parallel processes")
     ap.add_argument("--work", default=None, help="scratch folder for run dirs (default: a temp dir)")
     args = ap.parse_args(argv)
 
@@ -558,37 +600,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         "arms": ARMS,
         "runs": {},
         "warmstart_s": {},
+        "warmstart": {},
         "command": " ".join(
             ["python", "benchmarks/mechanism.py", *(argv if argv is not None else sys.argv[1:])]
         ),
     }
     try:
+        tasks = []
         for env_name in scale.envs:
-            env = (QUICK_ENVS if args.quick else ENVS)[env_name]
+            env = table[env_name]
+            tok_dir = build_env_tokenizer(env, scale, work)
             results["runs"][env_name] = {}
-            for seed in scale.seeds:
-                tok_dir, ws_state, ws_s = warm_start_once(env, scale, seed, work)
-                results["warmstart_s"][f"{env_name}/{seed}"] = ws_s
-                per_arm = {}
-                for arm in ARMS:
-                    r = run_arm(env, scale, seed, arm, work, tok_dir, ws_state, verbose=args.verbose)
-                    per_arm[arm] = {
-                        "curve": r.curve,
-                        "updates": r.updates,
-                        "time_s": r.time_s,
-                        "wall_s": r.wall_s,
-                        "steps": r.steps,
-                    }
-                    print(
-                        f"[mechanism] {env_name} seed {seed} {arm}: steps {r.steps}, "
-                        f"updates {len(r.updates)}, "
-                        f"success {r.curve[0][1]:.2f} -> {r.curve[-1][1]:.2f}, {r.wall_s:.0f}s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                results["runs"][env_name][str(seed)] = per_arm
-                # partial results survive an interrupted run
-                (out_dir / "results.json").write_text(json.dumps(results, indent=1))
+            tasks += [(env, scale, seed, work, tok_dir, args.verbose) for seed in scale.seeds]
+        if args.jobs > 1:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+                done = list(pool.map(run_seed, *zip(*tasks)))
+        else:
+            done = [run_seed(*task) for task in tasks]
+        for (env, _, seed, *_), (per_arm, ws_s, ws_metrics) in zip(tasks, done):
+            results["runs"][env.name][str(seed)] = per_arm
+            results["warmstart_s"][f"{env.name}/{seed}"] = ws_s
+            results["warmstart"][f"{env.name}/{seed}"] = ws_metrics
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

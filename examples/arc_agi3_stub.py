@@ -59,7 +59,11 @@ def restore_both_ways() -> None:
 
 
 def training_config(quick: bool) -> dict[str, Any]:
-    """TEMPO on arc-stub with the local backend (``quick`` = CI-sized: a few updates, a tiny model)."""
+    """TEMPO on arc-stub with the local backend (``quick`` = CI-sized: a few updates, a tiny model).
+
+    The full setting follows the built-in KeyDoor main job: a supervised warm start on noisy walkthroughs
+    (which also teaches the critic's ``<value>`` format), Brier critic rewards, short critic outputs.
+    """
     return {
         "algorithm": "tempo",
         "env": {"name": "arc-stub", "kwargs": {"levels": 1, "scale": 8, "max_steps": 4 if quick else 8}},
@@ -67,24 +71,39 @@ def training_config(quick: bool) -> dict[str, Any]:
             "kind": "local",
             "hidden_size": 32 if quick else 64,
             "num_layers": 1 if quick else 2,
-            "num_heads": 2,
-            "vocab_size": 512,
+            "num_heads": 2 if quick else 4,
+            "vocab_size": 512 if quick else 1024,
             "max_positions": 8192,  # the critic prompt carries the game source (~4k tokens)
         },
         "tempo": {
             "macro_rounds": 2 if quick else 4,
             "max_rounds": 4 if quick else 8,
             "branches": 2 if quick else 4,
-            "critic_samples": 2,
-            "endpoint_samples": 1,
-            "states_per_batch": 2,
+            "critic_samples": 2 if quick else 4,
+            "endpoint_samples": 1 if quick else 2,
+            "states_per_batch": 2 if quick else 4,
             "warmup_updates": 1 if quick else 3,
             "warmup_games_per_batch": 2,
-            "td_updates": 2 if quick else 20,
+            "td_updates": 2 if quick else 15,
+            "error": "brier",
         },
-        "sampling": {"max_tokens": 24, "critic_max_tokens": 24, "max_trajectory_tokens": 4000},
-        "optim": {"learning_rate": 1e-3},
-        "warmstart": {"enabled": not quick, "episodes": 200},
+        "sampling": {
+            "max_tokens": 24,
+            "critic_max_tokens": 24 if quick else 10,
+            "max_trajectory_tokens": 4000,
+            "eval_temperature": 0.3,
+        },
+        "optim": {"learning_rate": 1e-3 if quick else 5e-4, "grad_clip_norm": 1.0},
+        "warmstart": {
+            "enabled": not quick,
+            "episodes": 128,
+            "noise": 0.1,
+            "epochs": 3,
+            "batch_size": 4,
+            "learning_rate": 3e-3,
+            "balance_actions": True,
+            "critic_format_share": 0.25,
+        },
         "run": {"console": not quick},
     }
 

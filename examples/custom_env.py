@@ -84,7 +84,7 @@ register("my-lock", LockEnv, overwrite=True)  # overwrite: re-importing the modu
 
 
 def training_config(quick: bool) -> dict[str, object]:
-    """A TEMPO run on ``my-lock`` with the local backend; ``quick`` = CI-sized."""
+    """A TEMPO run on ``my-lock`` with the local backend; ``quick`` = CI-sized, else the main job's recipe."""
     return {
         "algorithm": "tempo",
         "env": {"name": "my-lock", "kwargs": {"digits": 2, "max_steps": 8 if quick else 12}},
@@ -92,24 +92,38 @@ def training_config(quick: bool) -> dict[str, object]:
             "kind": "local",
             "hidden_size": 32 if quick else 64,
             "num_layers": 1 if quick else 2,
-            "num_heads": 2,
-            "vocab_size": 512,
+            "num_heads": 2 if quick else 4,
+            "vocab_size": 512 if quick else 1024,
             "max_positions": 4096,
         },
         "tempo": {
             "macro_rounds": 4,
             "max_rounds": 8 if quick else 12,
             "branches": 4,
-            "critic_samples": 2,
-            "endpoint_samples": 1,
-            "states_per_batch": 2,
+            "critic_samples": 2 if quick else 4,
+            "endpoint_samples": 1 if quick else 2,
+            "states_per_batch": 2 if quick else 4,
             "warmup_updates": 1 if quick else 3,
             "warmup_games_per_batch": 2,
-            "td_updates": 2 if quick else 30,
+            "td_updates": 2 if quick else 20,
+            "error": "brier",
         },
-        "sampling": {"max_tokens": 24, "critic_max_tokens": 24, "max_trajectory_tokens": 3000},
-        "optim": {"learning_rate": 1e-3},
-        "warmstart": {"enabled": not quick, "episodes": 200},
+        "sampling": {
+            "max_tokens": 24,
+            "critic_max_tokens": 24 if quick else 10,
+            "max_trajectory_tokens": 3000,
+        },
+        "optim": {"learning_rate": 1e-3 if quick else 5e-4, "grad_clip_norm": 1.0},
+        "warmstart": {
+            "enabled": not quick,
+            "episodes": 128,
+            "noise": 0.1,
+            "epochs": 3,
+            "batch_size": 4,
+            "learning_rate": 3e-3,
+            "balance_actions": True,
+            "critic_format_share": 0.25,
+        },
         "run": {"console": not quick},
     }
 

@@ -58,9 +58,9 @@ def stand_in_value(env: Any) -> float:
     With t tiles left and l lives, clicking tiles at random wins with probability min(l, t) / t (the key tile
     is among the first l picks). Replace this by the generative critic in real use.
     """
-    inner = env.env if hasattr(env, "env") else env
-    assert isinstance(inner, ArcStubEnv) and inner._game is not None
-    tiles, lives = len(inner._game.tiles), inner._game.lives
+    inner = env.env if hasattr(env, "env") else env  # unwrap the RecordedEnv
+    assert isinstance(inner, ArcStubEnv)
+    tiles, lives = len(inner.game.tiles), inner.game.lives
     return min(lives, tiles) / tiles if tiles else 0.0
 
 

@@ -22,7 +22,6 @@ script registers ``alfworld-games``: every kept game of a split, ``reset(seed)``
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import tempfile
@@ -134,13 +133,12 @@ def training_config(data: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def use_offline_pytrio_stub() -> Any:
-    """Route PyTRIO clients to :class:`tempo_rl.backends.testing.RecordingPyTrioService` (offline; for CI).
+def offline_pytrio_stub() -> Any:
+    """A :class:`tempo_rl.backends.testing.RecordingPyTrioService`: PyTRIO's API, offline (for CI).
 
     The stub takes the real pytrio types and checks every call like the service would, and does the maths
-    with a tiny local model. Returns the service, whose ``calls`` record what a real run would send.
+    with a tiny local model. Its ``calls`` record what a real run would send.
     """
-    import tempo_rl.backends.config as backend_config
     from tempo_rl.backends.local import LocalTrainingClient, build_tiny_model, build_tokenizer
     from tempo_rl.backends.testing import RecordingPyTrioService
 
@@ -153,9 +151,7 @@ def use_offline_pytrio_stub() -> Any:
     tokenizer = build_tokenizer(corpus * 4, vocab_size=1024)
     model = build_tiny_model(len(tokenizer), hidden_size=32, num_layers=1, num_heads=2, max_positions=8192)
     local = LocalTrainingClient(model, tokenizer, state_dir=tempfile.mkdtemp(prefix="pytrio-stub-"), seed=0)
-    service = RecordingPyTrioService(local)
-    backend_config.create_clients = functools.partial(backend_config.create_clients, service_client=service)
-    return service
+    return RecordingPyTrioService(local)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="train")
     parser.add_argument("--base-model", default="Qwen/Qwen3-4B")
     parser.add_argument("--run-dir", type=Path, default=None)
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in --run-dir from its checkpoint"
+    )
     parser.add_argument("--swanlab", action="store_true", help="also log to SwanLab")
     args = parser.parse_args(argv)
 
@@ -188,14 +187,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             "no ALFWorld data: use --data DIR, ALFWORLD_DATA, `tempo-rl data alfworld`, or --generate N"
         )
-    service = use_offline_pytrio_stub() if (args.stub or args.quick) else None
+    service = offline_pytrio_stub() if (args.stub or args.quick) else None  # None: the real PyTRIO service
 
     from tempo_rl.training.config import validate_config
     from tempo_rl.training.run import train_run
 
     config = validate_config(training_config(data, args))
     run_dir = args.run_dir or Path(scratch.name) / "run"
-    summary = train_run(run_dir, config)
+    if args.resume and args.run_dir is None:
+        parser.error("--resume needs --run-dir (the run to continue)")
+    summary = train_run(run_dir, None if args.resume else config, resume=args.resume, service_client=service)
     if service is not None:
         calls = Counter(name for name, _ in service.calls)
         summary["pytrio_stub_calls"] = dict(sorted(calls.items()))

@@ -112,6 +112,16 @@ def test_privileged_info_is_the_game_source_and_not_shown_to_the_actor() -> None
     assert "key_colour" not in obs.text and "hidden rule" not in obs.text.lower()
 
 
+def test_game_property_exposes_the_live_hidden_state() -> None:
+    env = ArcStubEnv(scale=8)
+    with pytest.raises(RuntimeError, match="reset"):
+        _ = env.game
+    env.reset(3)
+    assert env.game.level.key_colour == 11 and env.game.lives == 2 and len(env.game.tiles) == 3
+    env.step("ACTION6 28 20")
+    assert env.game.lives == 1 and len(env.game.tiles) == 2
+
+
 def test_seeds_are_deterministic_and_differ() -> None:
     a, b = HiddenRuleGame(seed=7), HiddenRuleGame(seed=7)
     assert np.array_equal(a.grid(), b.grid()) and a.fingerprint() == b.fingerprint()

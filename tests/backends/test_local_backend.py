@@ -162,3 +162,21 @@ def test_config_validation_messages() -> None:
         parse_backend_config({"kind": "pytrio", "lora_rank": 128})
     assert parse_backend_config({"kind": "pytrio"}).retry.max_attempts == 5
     assert math.isfinite(parse_backend_config({"kind": "tinker"}).retry.result_timeout_s)
+
+
+def test_local_checkpoint_directory_round_trip(tokenizer: Any, tmp_path: Path) -> None:
+    """A saved HF checkpoint (model + tokenizer in one dir) loads offline and scores identically."""
+    cfg = LocalBackendConfig(hidden_size=32, num_layers=1, num_heads=2, state_dir=str(tmp_path / "s"))
+    training, sampler = create_clients(cfg, tokenizer=tokenizer)
+    training.model.save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    _, loaded = create_clients(
+        LocalBackendConfig(model_path=str(tmp_path / "ckpt"), state_dir=str(tmp_path / "s"))
+    )
+    tokens = tokenizer.encode("go to desk 1", add_special_tokens=False)
+    assert len(loaded.get_tokenizer()) == len(tokenizer)
+    np.testing.assert_allclose(
+        loaded.compute_logprobs(tokens)[1:], sampler.compute_logprobs(tokens)[1:], atol=1e-6
+    )
+    with pytest.raises(FileNotFoundError, match=r"config\.json"):
+        create_clients(LocalBackendConfig(model_path=str(tmp_path / "nope")), tokenizer=tokenizer)

@@ -5,15 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("transformers", reason="the renderer tests use the offline tokenizer (local extra)")
 
 from tempo_rl.rollout.renderer import ChatRenderer, TemplateError
 
-#: a hand-written Qwen3-style template: assistant turns *before the last user message* lose their <think> block
+#: a hand-written Qwen3-style template: assistant turns before the last user message lose their <think> block
 QWEN_STYLE = (
     "{%- set ns = namespace(last_user=-1) -%}"
-    "{%- for m in messages -%}{%- if m['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
     "{%- endfor -%}"
     "{%- for m in messages -%}"
     "{%- if m['role'] == 'assistant' and loop.index0 < ns.last_user and '</think>' in m['content'] -%}"
@@ -45,7 +48,7 @@ def qwen_tok(tok: Any) -> Any:
 
 
 def _completion(tok: Any, text: str, eos: bool = True) -> list[int]:
-    # a deliberately NON-canonical tokenization (one token per character) to prove tokens are kept, not re-encoded
+    # deliberately NON-canonical tokens (one per character): proves tokens are kept, never re-encoded
     ids = [i for ch in text for i in tok.encode(ch, add_special_tokens=False)]
     return ids + ([tok.eos_token_id] if eos else [])
 
@@ -167,3 +170,33 @@ def test_errors_name_the_fix(tok: Any) -> None:
         r.start([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     with pytest.raises(ValueError, match="new message"):
         r.extend(r.start(START), [1], [])
+
+
+_turn_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(3, 300), min_size=0, max_size=6),
+            st.booleans(),
+            st.sampled_from(["tool", "user"]),
+            _turn_text,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_property_every_extension_is_an_exact_prefix_extension(tok: Any, turns: list[Any]) -> None:
+    r = ChatRenderer(tok, check=True)  # check mode: the appended prompt must equal a full re-render
+    state = r.start(START)
+    for body, eos, role, text in turns:
+        comp = [t for t in body if t < len(tok)] + ([tok.eos_token_id] if eos else [])
+        content = tok.decode([t for t in comp if t != tok.eos_token_id])
+        if "<|im_end|>" in content or "<|im_start|>" in content or "<|endoftext|>" in content:
+            continue  # special tokens inside a completion are outside the template's grammar
+        ext = r.extend(state, comp, [{"role": role, "content": text}])
+        assert not ext.restarted, ext.reason
+        assert ext.state.tokens == state.tokens + tuple(comp) + ext.appended
+        state = ext.state

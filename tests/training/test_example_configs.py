@@ -77,7 +77,8 @@ def test_alfworld_pytrio_config_trains_against_the_pytrio_stub(tmp_path: Path) -
     summary = train_run(run_dir, cfg, service_client=service)
     assert summary["updates_done"] == 2
     methods = {name for name, _ in service.calls}
-    assert {"create_lora_training_client", "sample", "save_state"} <= methods
+    assert {"create_lora_training_client", "save_state", "save_weights_and_get_sampling_client"} <= methods
+    assert methods & {"sample", "sample_async"}  # rollouts and the critic sampled through the stub
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
     assert records[1]["td/reused_states"] + records[1]["td/fresh_states"] == 2

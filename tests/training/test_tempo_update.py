@@ -42,7 +42,7 @@ def _datums(training, role):
 
 def test_td_update_signals_datums_and_store():
     cfg = tiny_config("tempo.warmup_updates=0", "tempo.td_updates=1", "tempo.fresh_share=1.0")
-    trainer, sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    trainer, _sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
     metrics = asyncio.run(trainer.td_update(0))
 
     # 2 fresh starts x 4 branches, H = 4 rounds each (the exit is further than 4 rooms)
@@ -84,7 +84,7 @@ def test_td_update_from_stored_state_has_hand_computed_advantages():
     cfg = tiny_config(
         "tempo.warmup_updates=0", "tempo.td_updates=2", "tempo.fresh_share=0.5", "tempo.states_per_batch=2"
     )
-    trainer, sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    trainer, _sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
     asyncio.run(trainer.td_update(0))
     n_before = len(trajectories)
     metrics = asyncio.run(trainer.td_update(1))
@@ -132,7 +132,7 @@ def test_unparsed_endpoints_are_dropped_or_substituted():
 
 def test_warmup_update_uses_monte_carlo_targets_and_fills_the_store():
     cfg = tiny_config("tempo.warmup_updates=1", "tempo.td_updates=0", "tempo.warmup_states_per_episode=2")
-    trainer, sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    trainer, _sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
     metrics = asyncio.run(trainer.warmup_update(0))
     assert len(trajectories) == 8  # 2 games x 4 branches, full episodes
     for rec in trajectories:
@@ -164,7 +164,7 @@ def test_critic_metrics_definitions():
 
 def test_grpo_update_centres_episode_returns():
     cfg = tiny_config('algorithm="grpo"', "grpo.updates=1", "grpo.games_per_batch=2", "grpo.group_size=4")
-    comps, sampler, training = scripted_components(cfg, p_right=0.5)
+    comps, _sampler, _training = scripted_components(cfg, p_right=0.5)
     recs: list = []
     trainer = GrpoTrainer(cfg, comps, write_trajectories=lambda r: recs.extend(r))
     metrics = asyncio.run(trainer.update(0))
@@ -177,3 +177,26 @@ def test_grpo_update_centres_episode_returns():
     assert metrics["grpo/success_rate"] == pytest.approx(np.mean([r["won"] for r in recs]))
     assert INVALID_ACTION not in {a for r in recs for a in r["actions"]}
     json.dumps(metrics)
+
+
+def test_replay_divergence_quarantines_the_state_and_the_update_goes_on():
+    import dataclasses
+
+    cfg = tiny_config("tempo.warmup_updates=0", "tempo.td_updates=2", "tempo.fresh_share=0.5")
+    trainer, _sampler, _training, _trajectories, _ = _trainer(cfg)
+    asyncio.run(trainer.td_update(0))
+    store = trainer.c.store
+    good = store.sample(1, np.random.default_rng(0))[0]
+    digests = list(good.snapshot.observation_digests)
+    digests[2] = "0" * 32  # the recorded observation after action 2 no longer matches what the env replays
+    broken_snapshot = good.snapshot.model_copy(update={"observation_digests": tuple(digests)})
+    broken = dataclasses.replace(good, id="broken-state", snapshot=broken_snapshot)
+    for state_id in list(store.ids()):
+        store.quarantine(state_id, "test: keep only the broken state")
+    assert store.add(broken) and len(store) == 1
+    trainer.c.cache.clear()  # force a replay (a cached fork would not re-verify the old steps)
+    metrics = asyncio.run(trainer.td_update(1))
+    assert metrics["td/replay_divergences"] == 1.0
+    assert metrics["td/reused_states"] == 0.0 and metrics["td/fresh_states"] >= 1.0  # the update went on
+    assert "broken-state" not in store.ids()
+    assert any(q.state.id == "broken-state" for q in store.quarantined())

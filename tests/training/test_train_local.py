@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tempo_rl.training.checkpoint import latest_checkpoint  # noqa: E402
-from tempo_rl.training.config import load_config  # noqa: E402
-from tempo_rl.training.run import train_run  # noqa: E402
+from tempo_rl.training.checkpoint import latest_checkpoint
+from tempo_rl.training.config import load_config
+from tempo_rl.training.run import train_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,7 +144,8 @@ def test_sigkill_mid_run_then_resume_loses_and_repeats_nothing(tmp_path: Path) -
     proc.wait(timeout=30)
     killed_at = len(_metrics(run_dir))
     ckpt = latest_checkpoint(run_dir)
-    assert ckpt is not None and 2 <= ckpt.update <= killed_at
+    # the checkpoint of update 2 may or may not have been written when the kill landed
+    assert ckpt is not None and 1 <= ckpt.update <= killed_at
 
     resumed = _run_cli(["--resume", str(run_dir), "--quiet"])
     out, _ = resumed.communicate(timeout=300)

@@ -24,11 +24,11 @@ from tempo_rl.backends.types import (
     SamplingParams,
 )
 from tempo_rl.critic.generative import GenerativeCritic
-from tempo_rl.envs import ForkCache, restore_branches
+from tempo_rl.envs import ForkCache
 from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
 from tempo_rl.training.config import TrainConfig, load_config
-from tempo_rl.training.run import env_corpus, make_env_at_reset
+from tempo_rl.training.run import env_corpus, locked_restore_branches, make_env_at_reset
 from tempo_rl.training.store import StateStore
 from tempo_rl.training.trainer import TrainerComponents
 from tempo_rl.training.workers import EnvWorkerPool
@@ -183,7 +183,7 @@ def scripted_components(
         pool=EnvWorkerPool(max_workers=4, step_timeout_s=30),
         parser=ToolCallParser(),
         make_env=make_env_at_reset,
-        restore_branches=lambda snap, n: restore_branches(snap, n, cache=cache),
+        restore_branches=lambda snap, n: locked_restore_branches(snap, n, cache),
         cache=cache,
     )
     return components, sampler, training

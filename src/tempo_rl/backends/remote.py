@@ -229,7 +229,8 @@ class RemoteTrainingClient:
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_fn_config: Mapping[str, Any] | None = None
     ) -> ForwardBackwardOutput:
-        """Validate, convert and send one batch; ``loss`` is the service's ``loss:sum`` metric.
+        """Validate, convert and send one batch; ``loss`` is the service's ``loss:sum`` metric (else the sum of
+        its per-token ``elementwise_loss`` outputs, else NaN).
 
         Not retried after a timeout (the service may have accumulated the gradient already).
         """
@@ -246,6 +247,16 @@ class RemoteTrainingClient:
         )
         metrics = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
         loss = metrics.get("loss:sum", metrics.get("loss", float("nan")))
+        if loss != loss:  # no loss metric: sum the per-token losses when the service returns them
+            parts = [
+                o["elementwise_loss"]
+                for o in getattr(out, "loss_fn_outputs", None) or []
+                if "elementwise_loss" in o
+            ]
+            if parts:
+                loss = float(
+                    sum(np.asarray(p.to_numpy() if hasattr(p, "to_numpy") else p).sum() for p in parts)
+                )
         metrics.update(
             {
                 "tokens": float(sum(len(d.model_input) for d in datums)),

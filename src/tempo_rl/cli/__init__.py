@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tempo-rl", description="Long-horizon RL for LLM agents with TEMPO.")
     parser.add_argument("--version", action="version", version=f"tempo-rl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module_name in COMMANDS.items():
+    for module_name in COMMANDS.values():
         try:
             module = importlib.import_module(f"tempo_rl.cli.{module_name}")
         except ModuleNotFoundError as exc:

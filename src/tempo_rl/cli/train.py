@@ -39,6 +39,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--run-dir", type=Path, default=None, help="run directory (default: run.run_dir of the config)"
     )
     p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    p.add_argument(
+        "--overwrite", action="store_true", help="delete an existing run in the run directory and start anew"
+    )
     p.add_argument("--max-updates", type=int, default=None, help="stop after this many updates (resumable)")
     p.add_argument("--quiet", action="store_true", help="no console output")
     p.set_defaults(func=run)

@@ -1,0 +1,46 @@
+"""Training: configs, N-branch rollouts, the MacroStepTrainer (TEMPO and a GRPO baseline), runs and checkpoints.
+
+Entry points:
+
+* :func:`train_run` (``tempo-rl train``): a whole run in a run directory, resumable after a crash;
+* :class:`TempoTrainer` / :class:`GrpoTrainer`: the update loops on top of :class:`MacroStepTrainer`, for users
+  who assemble their own components (:class:`TrainerComponents`);
+* :func:`load_config` / :class:`TrainConfig`: pydantic configs from TOML with ``key=value`` overrides.
+
+Names are imported lazily (importing this package imports no optional dependency).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ConfigError": "tempo_rl.training.config",
+    "TrainConfig": "tempo_rl.training.config",
+    "load_config": "tempo_rl.training.config",
+    "BranchResult": "tempo_rl.training.rollout",
+    "RolloutSettings": "tempo_rl.training.rollout",
+    "run_branches": "tempo_rl.training.rollout",
+    "build_actor_messages": "tempo_rl.training.rollout",
+    "MacroStepTrainer": "tempo_rl.training.trainer",
+    "TrainerComponents": "tempo_rl.training.trainer",
+    "TrainerState": "tempo_rl.training.trainer",
+    "TempoTrainer": "tempo_rl.training.tempo",
+    "GrpoTrainer": "tempo_rl.training.grpo",
+    "warm_start": "tempo_rl.training.warmstart",
+    "build_trainer": "tempo_rl.training.run",
+    "train_run": "tempo_rl.training.run",
+    "DEFAULT_CONFIG": "tempo_rl.training.run",
+    "StateStore": "tempo_rl.training.store",
+    "StoredState": "tempo_rl.training.store",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tempo_rl.training' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -104,7 +104,9 @@ class EnvConfig(_Model):
         if self.games_dir is None:
             return self.spec(), seed
         files = self._game_files(self.games_dir)
-        return EnvSpec(name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}), seed
+        return EnvSpec(
+            name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}
+        ), seed
 
     def eval_game(self, index: int) -> tuple[EnvSpec, int]:
         """``(spec, seed)`` of the ``index``-th evaluation game (``eval_games_dir`` or seeds from
@@ -114,7 +116,9 @@ class EnvConfig(_Model):
         if folder is None:
             return self.spec(), seed
         files = self._game_files(folder)
-        return EnvSpec(name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}), seed
+        return EnvSpec(
+            name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}
+        ), seed
 
 
 class SamplingConfig(_Model):
@@ -229,6 +233,9 @@ class WarmStartConfig(_Model):
     epochs: int = Field(default=1, ge=1)
     batch_size: int = Field(default=32, ge=1)
     learning_rate: float = Field(default=5e-4, gt=0.0)
+    balance_actions: bool = Field(
+        default=True, description="weight each distinct expert action equally (rare decisive actions count)"
+    )
     critic_format_share: float = Field(
         default=0.5, ge=0.0, le=1.0, description="share of demos that add one critic answer-format example"
     )
@@ -255,6 +262,9 @@ class RunConfig(_Model):
     swanlab: bool = False
     wandb: bool = False
     project: str | None = None
+    min_free_disk_mb: float = Field(
+        default=100.0, ge=0.0, description="refuse to start (or resume) with less free disk in run_dir (MiB)"
+    )
 
 
 class TrainConfig(_Model):

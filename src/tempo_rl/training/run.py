@@ -20,6 +20,7 @@ checkpoint, so no update is lost or repeated.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -71,11 +72,23 @@ TOKENIZER_DIR = "tokenizer"
 # ------------------------------------------------------------------------------------------------ env helpers
 
 
+#: Env construction and restores are serialised: some adapters (TextWorld/ALFWorld grammar parsing) are not
+#: thread-safe while loading a game. Steps on live envs still run concurrently in the worker pool.
+ENV_BUILD_LOCK = threading.RLock()
+
+
 def make_env_at_reset(spec: EnvSpec, seed: int) -> Any:
     """A live :class:`~tempo_rl.envs.RecordedEnv` of ``spec`` reset with ``seed``."""
-    env = make(spec)
-    env.reset(seed)
+    with ENV_BUILD_LOCK:
+        env = make(spec)
+        env.reset(seed)
     return env
+
+
+def locked_restore_branches(snapshot: Snapshot, n: int, cache: ForkCache | None = None) -> list[Any]:
+    """:func:`tempo_rl.envs.restore_branches` under :data:`ENV_BUILD_LOCK` (the fork cache is shared too)."""
+    with ENV_BUILD_LOCK:
+        return restore_branches(snapshot, n, cache=cache)
 
 
 def env_corpus(config: TrainConfig, games: int = 24, seed: int = 0) -> list[str]:
@@ -156,7 +169,13 @@ def _create_clients(
         if "state_dir" not in backend:
             cfg = cfg.model_copy(update={"state_dir": str(run_dir / "backend_states")})
     if cfg.kind == "local":
+        from tempo_rl.backends.retry import RetryingTrainingClient
+
         training, sampler = create_clients(cfg, tokenizer=tokenizer)
+        # remote clients retry inside their adapters; the local one gets the same policy here, with
+        # optim_step applied exactly once across retries (its step counter settles a lost acknowledgement)
+        training = RetryingTrainingClient(training)
+        sampler = training.wrap_sampler(sampler)
     else:
         training, sampler = create_clients(cfg, service_client=service_client)
     return training, sampler, training.get_tokenizer()
@@ -183,7 +202,9 @@ def build_trainer(
     """
     from tempo_rl.training.workers import EnvWorkerPool
 
-    training, sampler, tokenizer = _create_clients(config, run_dir, resume=resume, service_client=service_client)
+    training, sampler, tokenizer = _create_clients(
+        config, run_dir, resume=resume, service_client=service_client
+    )
     if backend_state is not None:
         training.load_state(backend_state)
         sampler = training.save_weights_and_get_sampling_client()
@@ -205,13 +226,16 @@ def build_trainer(
         per_game_cap=config.store.per_game_cap,
         max_age_versions=config.store.max_age_versions,
     )
+    if config.workers.ray:
+        raise ConfigError(
+            "workers.ray: the trainer does not drive Ray env actors yet (restores run in this process); set "
+            "workers.ray = false (env steps then run in a thread pool)"
+        )
     pool = EnvWorkerPool(max_workers=config.workers.max_workers, step_timeout_s=config.workers.step_timeout_s)
     cache = ForkCache()
-    lock = threading.Lock()
 
     def restore_n(snapshot: Snapshot, n: int) -> list[Any]:
-        with lock:  # the fork cache is shared
-            return restore_branches(snapshot, n, cache=cache)
+        return locked_restore_branches(snapshot, n, cache)
 
     components = TrainerComponents(
         training_client=training,
@@ -277,6 +301,54 @@ def _file_size(path: Path) -> int:
 # ------------------------------------------------------------------------------------------------ run
 
 
+class RunDirError(ConfigError):
+    """The run directory cannot hold a run (not creatable, not writable, or too little free disk). Raised
+    before anything is trained, with the path and the fix in the message."""
+
+
+def check_run_dir(path: Path, *, min_free_mb: float) -> None:
+    """Fail fast, before training starts, when ``path`` cannot hold a run.
+
+    Creates ``path`` (with parents), writes and fsyncs a 4 KiB probe file in it, removes it, and checks that
+    at least ``min_free_mb`` MiB (2**20 bytes) are free on its file system.
+
+    Raises:
+        RunDirError: ``path`` is a file, cannot be created or written, or its disk has too little free space.
+    """
+    if path.exists() and not path.is_dir():
+        raise RunDirError(
+            f"run directory {str(path)!r} exists and is not a directory; choose another run.run_dir"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(
+            f"cannot create the run directory {str(path)!r}: {exc.strerror or exc}; choose a writable "
+            "run.run_dir (--run-dir) or fix the permissions of its parent"
+        ) from None
+    probe = path / f".write-probe-{os.getpid()}"
+    try:
+        with open(probe, "wb") as fh:
+            fh.write(b"\0" * 4096)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise RunDirError(
+            f"the run directory {str(path)!r} is not writable ({exc.strerror or exc}); choose a writable "
+            "run.run_dir (--run-dir), fix its permissions or free disk space"
+        ) from None
+    finally:
+        with contextlib.suppress(OSError):  # the write error above is the one to report
+            probe.unlink(missing_ok=True)
+    free = shutil.disk_usage(path).free
+    if free < min_free_mb * 2**20:
+        raise RunDirError(
+            f"only {free / 2**20:.1f} MiB free on the disk of the run directory {str(path)!r}, below "
+            f"run.min_free_disk_mb = {min_free_mb:g}; free disk space, choose another run.run_dir or lower "
+            "run.min_free_disk_mb"
+        )
+
+
 def train_run(
     run_dir: str | Path,
     config: TrainConfig | None = None,
@@ -311,6 +383,7 @@ def train_run(
                 f"{run_path} has no {CONFIG_FILE}; it is not a tempo-rl run directory to resume"
             )
         config = load_config(cfg_file, overrides)
+        check_run_dir(run_path, min_free_mb=config.run.min_free_disk_mb)
     else:
         if config is None:
             raise ConfigError("a new run needs a config (or pass resume=True)")
@@ -319,7 +392,7 @@ def train_run(
                 f"{run_path} already holds a run; resume it with `tempo-rl train --resume {run_path}` or choose "
                 "another run.run_dir"
             )
-        run_path.mkdir(parents=True, exist_ok=True)
+        check_run_dir(run_path, min_free_mb=config.run.min_free_disk_mb)
         atomic_write_text(cfg_file, config.to_toml())
     assert config is not None
     show = config.run.console if console is None else console
@@ -353,11 +426,17 @@ def train_run(
         console=show,
     )
     trajectories = _JsonlWriter(run_path / TRAJECTORIES_FILE)
+
+    def log(step: int, metrics: Mapping[str, float]) -> None:
+        logger.log(step, metrics)
+        if show:
+            print(console_line(step, metrics), flush=True)
+
     trainer = build_trainer(
         config,
         run_path,
         resume=resume,
-        log=logger.log,
+        log=log,
         write_trajectories=trajectories.write if config.run.save_trajectories else None,
         state=state,
         backend_state=backend_state,
@@ -388,12 +467,14 @@ def train_run(
             if config.warmstart.enabled:
                 from tempo_rl.training.warmstart import warm_start
 
+                if show:
+                    print(f"supervised warm start on {config.warmstart.episodes} expert demos...", flush=True)
                 ws = warm_start(trainer)
             else:
                 ws = {}
             ws.update(trainer.initial_eval())
             if ws:
-                logger.log(0, ws)
+                log(0, ws)
             trainer.state.warmstart_done = True
             checkpoint_now(trainer)
         trainer.train(max_updates=max_updates)
@@ -412,6 +493,32 @@ def train_run(
 
 
 # ------------------------------------------------------------------------------------------------ summary
+
+_CONSOLE_KEYS = (
+    ("critic/abs_error_mean", "critic_err"),
+    ("critic/parse_failure_rate", "parse_fail"),
+    ("critic/value_corr", "v_corr"),
+    ("warmup/success_rate", "warm_succ"),
+    ("actor/terminal_won_rate", "won"),
+    ("actor/degenerate_group_rate", "degen"),
+    ("td/reused_states", "reused"),
+    ("td/fresh_states", "fresh"),
+    ("store/size", "store"),
+    ("eval/success_rate", "EVAL_SUCC"),
+    ("warmstart/loss_last", "ws_loss"),
+    ("time/update_seconds", "sec"),
+)
+
+
+def console_line(step: int, metrics: Mapping[str, float]) -> str:
+    """One short console line per update."""
+    phase = {0.0: "warm-up", 1.0: "TD", 2.0: "GRPO"}.get(float(metrics.get("train/phase", -1.0)), "start")
+    parts = [f"[{step:>3}] {phase:<7}"]
+    for key, short in _CONSOLE_KEYS:
+        value = metrics.get(key)
+        if isinstance(value, int | float) and not math.isnan(value):
+            parts.append(f"{short}={value:.3g}")
+    return " ".join(parts)
 
 
 def _read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -437,13 +544,16 @@ def summarize(metrics_path: Path) -> dict[str, Any]:
     records = _read_metrics(metrics_path)
     warm = [r for r in records if _metric(r, "train/phase") == 0.0]
     td = [r for r in records if _metric(r, "train/phase") == 1.0]
+    grpo = [r for r in records if _metric(r, "train/phase") == 2.0]
     err = [_metric(r, "critic/abs_error_mean") for r in warm]
     evals = [(int(r.get("step", 0)), _metric(r, "eval/success_rate")) for r in records]
     evals = [(s, v) for s, v in evals if not math.isnan(v)]
     return {
-        "updates": len(warm) + len(td),
+        "updates": len(warm) + len(td) + len(grpo),
         "warmup_updates": len(warm),
         "td_updates": len(td),
+        "grpo_updates": len(grpo),
+        "grpo_success_rate": [_metric(r, "grpo/success_rate") for r in grpo],
         "critic_abs_error_first_warmup": err[0] if err else math.nan,
         "critic_abs_error_last_warmup": err[-1] if err else math.nan,
         "critic_abs_error_td_last": _metric(td[-1], "critic/abs_error_mean") if td else math.nan,
@@ -462,7 +572,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
 
     lines = [
         "== tempo-rl run summary ==",
-        f"updates: {summary.get('updates')} ({summary.get('warmup_updates')} warm-up, {summary.get('td_updates')} TD)",
+        f"updates: {summary.get('updates')} ({summary.get('warmup_updates')} warm-up, {summary.get('td_updates')} TD, "
+        f"{summary.get('grpo_updates')} GRPO)",
         f"critic abs error, warm-up: first {f(summary.get('critic_abs_error_first_warmup'))} -> last "
         f"{f(summary.get('critic_abs_error_last_warmup'))}; last TD {f(summary.get('critic_abs_error_td_last'))}",
     ]
@@ -472,6 +583,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     won = summary.get("td_terminal_won_rate") or []
     if won:
         lines.append("TD branch success: " + " ".join(f(x) for x in won))
+    grpo = summary.get("grpo_success_rate") or []
+    if grpo:
+        lines.append("GRPO episode success: " + " ".join(f(x) for x in grpo))
     lines.append(
         f"stored states restored and reused in TD: {f(summary.get('states_reused_total'))}; "
         f"store size {f(summary.get('store_size'))}"

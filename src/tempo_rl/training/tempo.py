@@ -245,8 +245,8 @@ class TempoTrainer(MacroStepTrainer):
         episodes_won: list[float] = []
         steps: list[float] = []
         trajectories = []
-        for i, (start, row) in enumerate(zip(starts, results)):
-            for j, branch in enumerate(row):
+        for start, row in zip(starts, results):
+            for branch in row:
                 if branch.end_reason == "error":
                     continue
                 episodes_won.append(float(branch.won))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -267,7 +268,12 @@ class MacroStepTrainer(abc.ABC):
         try:
             envs = await asyncio.to_thread(self.c.restore_branches, state.snapshot, n)
         except Exception as exc:  # ReplayDivergenceError or an env crash: drop this state, count it
-            self.c.store.quarantine(state.id, f"{type(exc).__name__}: {exc}")
+            diff = None
+            if hasattr(exc, "expected") and hasattr(exc, "actual"):  # ReplayDivergenceError: keep its diff
+                from tempo_rl.envs.restore import text_diff
+
+                diff = getattr(exc, "detail", "") or text_diff(str(exc.expected), str(exc.actual))
+            self.c.store.quarantine(state.id, f"{type(exc).__name__}: {exc}", diff=diff)
             return None
         return StartState(state=state, envs=list(envs), fresh=False)
 
@@ -276,10 +282,8 @@ class MacroStepTrainer(abc.ABC):
         """Close every live env of ``starts``."""
         for start in starts:
             for env in start.envs:
-                try:
+                with contextlib.suppress(Exception):  # closing is best effort
                     env.close()
-                except Exception:  # noqa: BLE001 - closing is best effort
-                    pass
 
     # ---------------------------------------------------------------------------------------------- rollout
 

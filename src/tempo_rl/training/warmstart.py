@@ -9,6 +9,8 @@ signal. The warm start behaviour-clones the env's expert (:meth:`ReplayableEnv.w
 * with probability ``warmstart.noise`` a step executes a random admissible action instead of the expert's (as
   context only: weight 0, so the model sees off-expert states but does not learn to act randomly); the demo goes
   on with the walkthrough while its next action is admissible, and stops otherwise;
+* with ``warmstart.balance_actions`` every distinct expert action gets the same total weight
+  (:func:`balance_actions`): the decisive rare actions are not drowned by the frequent ones;
 * a share ``warmstart.critic_format_share`` of the demos also yields one critic *format* example: the critic prompt of a random state of the demo answered
   with ``<value>v</value>`` where ``v`` is drawn uniformly from {0, 0.1, ..., 1} x R_max. It teaches only the
   answer format, no value information (the value is independent of the state): what the critic knows about values
@@ -21,7 +23,9 @@ critic's answer tokens, 0 elsewhere; Adam with ``warmstart.learning_rate``, one 
 
 from __future__ import annotations
 
+import json
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,6 +76,7 @@ def demonstration_datums(
         seq = SequenceBuilder()
         seq.add_context(state.tokens)
         weights: list[float] = [0.0] * len(state.tokens)
+        labels: list[str | None] = [None] * len(state.tokens)
         history: list[tuple[str, str]] = []
         rounds = 0
         while plan and rounds < T:
@@ -83,6 +88,7 @@ def demonstration_datums(
                 completion.append(int(eos))
             seq.add_sampled(completion, [0.0] * len(completion))
             weights.extend([0.0 if noisy else 1.0] * len(completion))
+            labels.extend([None if noisy else action] * len(completion))
             result = env.step(action)
             rounds += 1
             obs = result.observation
@@ -99,8 +105,9 @@ def demonstration_datums(
                 break
             seq.add_context(ext.appended)
             weights.extend([0.0] * len(ext.appended))
+            labels.extend([None] * len(ext.appended))
             state = ext.state
-        datums = [_weighted_sft(seq, weights, trainer.vocab_size())]
+        datums = [_weighted_sft(seq, weights, trainer.vocab_size(), labels)]
         t = int(rng.integers(0, len(history) + 1))
         query = CriticQuery(
             task=task,
@@ -123,14 +130,65 @@ def demonstration_datums(
         env.close()
 
 
-def _weighted_sft(seq: SequenceBuilder, weights: list[float], vocab_size: int | None) -> Datum:
+def _weighted_sft(
+    seq: SequenceBuilder, weights: list[float], vocab_size: int | None, labels: list[str | None]
+) -> Datum:
+    """The demo's cross-entropy Datum with per-token weights; the expert action of each target token is kept
+    in ``tags["labels"]`` (JSON) for :func:`balance_actions`, which removes it."""
     datum = seq.to_sft_datum(1.0, vocab_size=vocab_size, role="actor")
     w = np.asarray(weights, dtype=np.float32)[1:]
     return Datum(
         model_input=datum.model_input,
         loss_fn_inputs={"target_tokens": datum.loss_fn_inputs["target_tokens"], "weights": w},
-        tags=dict(datum.tags),
+        tags={**datum.tags, "labels": json.dumps(labels[1:])},
     )
+
+
+def _strip_labels(datum: Datum) -> Datum:
+    if "labels" not in datum.tags:
+        return datum
+    return Datum(
+        datum.model_input, datum.loss_fn_inputs, {k: v for k, v in datum.tags.items() if k != "labels"}
+    )
+
+
+def balance_actions(datums: list[Datum]) -> list[Datum]:
+    """Re-weight the expert's action tokens so that every distinct action carries the same total weight.
+
+    Expert turns are dominated by a few frequent actions (``go on``); the decisive rare ones (``take red``,
+    ``open door``) would be drowned. With ``n_a`` expert turns of action ``a`` among ``n`` turns and ``C``
+    distinct actions, the tokens of each turn of ``a`` get weight ``w_a = n / (C * n_a)`` (mean weight per turn
+    stays 1), clipped to [0.1, 10]. Datums without labels (critic format examples) are unchanged.
+    """
+    counts: Counter[str] = Counter()
+    parsed: list[list[str | None] | None] = []
+    for d in datums:
+        labels = json.loads(d.tags["labels"]) if "labels" in d.tags else None
+        parsed.append(labels)
+        if labels is not None:
+            previous = None
+            for label in labels:  # count turns (runs of one label), not tokens
+                if label is not None and label != previous:
+                    counts[label] += 1
+                previous = label
+    total = sum(counts.values())
+    out = []
+    for d, labels in zip(datums, parsed):
+        if labels is None or not counts:
+            out.append(_strip_labels(d))
+            continue
+        w = np.asarray(d.loss_fn_inputs["weights"], dtype=np.float32).copy()
+        for i, label in enumerate(labels):
+            if label is not None and w[i] > 0:
+                w[i] = float(np.clip(total / (len(counts) * counts[label]), 0.1, 10.0))
+        out.append(
+            Datum(
+                d.model_input,
+                {"target_tokens": d.loss_fn_inputs["target_tokens"], "weights": w},
+                {k: v for k, v in d.tags.items() if k != "labels"},
+            )
+        )
+    return out
 
 
 def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
@@ -145,6 +203,7 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     datums: list[Datum] = []
     for i in range(ws.episodes):
         datums.extend(demonstration_datums(trainer, cfg.env.train_game(i), trainer.rng))
+    datums = balance_actions(datums) if ws.balance_actions else [_strip_labels(d) for d in datums]
     build_s = time.perf_counter() - t0
     adam = AdamParams(
         learning_rate=ws.learning_rate,

@@ -1,9 +1,10 @@
 """The local (torch) backend: a training client and snapshot sampling clients, fully offline.
 
 :class:`LocalTrainingClient` owns a causal LM, its tokenizer and an Adam optimizer. ``forward_backward``
-accumulates gradients of the summed loss (see :mod:`tempo_rl.backends.local.losses`); ``optim_step`` clips the
-global gradient norm (when ``grad_clip_norm > 0``), applies one decoupled-weight-decay Adam step with PyTRIO's
-parameters and clears the gradients. ``save_weights_and_get_sampling_client`` returns a
+accumulates gradients of the summed loss (see :mod:`tempo_rl.backends.local.losses`) with the model in eval
+mode (no dropout), so training logprobs are the sampler's logprobs on the same weights; ``optim_step`` clips
+the global gradient norm (when ``grad_clip_norm > 0``), applies one decoupled-weight-decay Adam step with
+PyTRIO's parameters and clears the gradients. ``save_weights_and_get_sampling_client`` returns a
 :class:`LocalSamplingClient` over a *copy* of the current weights: later training never changes it.
 
 Concurrency: ``sample_async`` calls issued together on one event loop (e.g. ``asyncio.gather`` over N
@@ -238,7 +239,7 @@ class LocalTrainingClient:
                 f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary is {_vocab_size(model)}; "
                 "build the model with vocab_size=len(tokenizer)"
             )
-        self.model = model.to(device)
+        self.model = model.to(device).eval()  # always eval: no dropout in training or sampling
         self.tokenizer = tokenizer
         self.device = device
         self.seed = seed
@@ -326,10 +327,11 @@ class LocalTrainingClient:
         n_tgt = 0.0
         agg: dict[str, float] = {}
         with self._lock:
-            self.model.train()
             for chunk in self._chunks(datums):
                 ids, attn, (tgt, mask), inputs = self._tensors(chunk)
-                logits, _ = forward_logits(self.model, ids, attn)
+                # right padding + causal attention: real positions never see the padding, so no mask is
+                # needed (and the unmasked causal kernel is much faster, backward especially)
+                logits, _ = forward_logits(self.model, ids)
                 lp = torch.log_softmax(logits, dim=-1).gather(-1, tgt[..., None]).squeeze(-1)
                 loss, metrics = compute_loss(loss_fn, lp, inputs, mask, cfg)
                 loss.backward()
@@ -339,7 +341,6 @@ class LocalTrainingClient:
                 n_tgt += m
                 for k, v in metrics.items():
                     agg[k] = max(agg.get(k, v), v) if k.endswith("_max") else agg.get(k, 0.0) + v * m
-            self.model.eval()
         out = {k: (v if k.endswith("_max") else (v / n_tgt if n_tgt else 0.0)) for k, v in agg.items()}
         out.update({"tokens": float(n_tok), "target_tokens": n_tgt, "datums": float(len(datums))})
         return ForwardBackwardOutput(loss=total, metrics=out)

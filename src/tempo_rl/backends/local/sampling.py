@@ -22,7 +22,8 @@ before any update, up to float32 rounding between the cached incremental forward
 
 **Stops.** A row stops when it samples a stop token (kept as the last token) or when its decoded completion
 contains a stop string (the token completing it is the last token kept), with ``stop_reason="stop"``; or after
-``max_tokens`` tokens with ``stop_reason="length"``. ``stop=None`` means "stop at the tokenizer's EOS". The
+``max_tokens`` tokens with ``stop_reason="length"``. ``stop=None`` means "stop at the tokenizer's EOS";
+``stop=()`` disables stopping. The
 returned ``text`` is always ``decode(tokens)``.
 
 **Determinism.** Each request with a ``seed`` draws from its own ``torch.Generator(seed)``; its rows draw in

@@ -62,6 +62,11 @@ class ArcStubEnv(ArcEnvBase):
     def _new_game(self, seed: int) -> None:
         self._game = HiddenRuleGame(seed, self.levels, self.n_tiles, self.lives)
 
+    @property
+    def game(self) -> HiddenRuleGame:
+        """The live game object (hidden state: privileged, for critics, oracles and tests; never the actor)."""
+        return self._live_game()
+
     def _live_game(self) -> HiddenRuleGame:
         if self._game is None:
             raise RuntimeError("the env has not been reset yet; call reset(seed) first")

@@ -7,9 +7,9 @@ NORMAL mode (which downloads game files and needs an API key and the network) an
 
 How the adapter maps the toolkit onto :class:`~tempo_rl.envs.core.ReplayableEnv`:
 
-* ``reset(seed)``: ``Arcade(operation_mode=OFFLINE).make(game_id, seed=seed)`` builds a fresh game object (the
-  toolkit passes ``seed`` to the game class when its constructor takes one), then a ``RESET`` action gives the
-  first frame.
+* ``reset(seed)``: the first reset loads the game with ``Arcade(operation_mode=OFFLINE).make(game_id,
+  seed=seed)``; every reset then builds a fresh game object of that class the way the toolkit's local wrapper
+  does (``seed`` is passed when the constructor takes one), and a ``RESET`` action gives the first frame.
 * ``step(text)``: the text is parsed as ``ACTION1``-``ACTION7`` / ``ACTION6 x y`` and applied with
   ``game.perform_action(ActionInput(...), raw=True)``, exactly as the toolkit's local wrapper does (without
   its scorecard bookkeeping). The last frame of the returned animation is rendered as text.
@@ -23,6 +23,7 @@ macro-steps cannot be used there; evaluate such runs as plain full episodes inst
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from pathlib import Path
@@ -126,10 +127,15 @@ class ArcToolkitEnv(ArcEnvBase):
                 "Each game needs <dir>/metadata.json (with game_id and class_name) and <dir>/<class_name>.py"
             )
         self._source: str | None = None
+        self._game_class: type | None = None
 
     # ------------------------------------------------------------------ hooks
     def _new_game(self, seed: int) -> None:
-        wrapper = self._arcade.make(self.game_id, seed=seed)
+        if self._game_class is not None:  # later resets: instantiate as the toolkit's local wrapper does
+            accepts_seed = "seed" in inspect.signature(self._game_class).parameters
+            self._game = self._game_class(seed=seed) if accepts_seed else self._game_class()
+            return
+        wrapper = self._arcade.make(self.game_id, seed=seed)  # first reset: the toolkit loads the game file
         game = getattr(wrapper, "_game", None) if wrapper is not None else None
         if game is None:
             raise RuntimeError(
@@ -137,6 +143,7 @@ class ArcToolkitEnv(ArcEnvBase):
                 "(see the toolkit's log: a syntax error in the game file, or a class_name that differs)"
             )
         self._game = game
+        self._game_class = type(game)
         if self._source is None:
             info = wrapper.info
             class_name = info.class_name or ""

@@ -195,34 +195,16 @@ def test_eval_symbol_fix_resolves_grammar_variables() -> None:
     assert [str(s) for s in out] == ["cabinet 1 / 1"]
 
 
-def test_observations_match_stock_textworld(small_game: Path) -> None:
-    """Our caches leave every text and admissible list identical to a stock TextWorld process."""
-    import random
-
-    from tempo_rl.envs.alfworld.env import AlfworldEnv
-
-    env = AlfworldEnv(small_game)
-    rng = random.Random(3)
-    try:
-        obs = env.reset()
-        ours = [[obs.text, list(obs.admissible_actions)]]
-        actions = []
-        for _ in range(12):
-            action = rng.choice([a for a in obs.admissible_actions if a != "help"] + ["jump"])
-            actions.append(action)
-            obs = env.step(action).observation
-            ours.append([obs.text, list(obs.admissible_actions)])
-    finally:
-        env.close()
-    script = textwrap.dedent(
-        """
-        import json, sys
-        import textworld
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
-        if sys.version_info >= (3, 13):  # stock TextWorld cannot reset on 3.13 without the PEP 667 fix
-            from tempo_rl.envs.alfworld.compat import patch_textworld
-            patch_textworld()
-        game, actions = sys.argv[1], json.loads(sys.argv[2])
+_STOCK_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+    if sys.version_info >= (3, 13):  # stock TextWorld cannot reset on 3.13 without the PEP 667 fix
+        from tempo_rl.envs.alfworld.compat import patch_textworld
+        patch_textworld()
+    traces = []
+    for game, actions in json.loads(sys.stdin.read()):
         env = textworld.start(game, textworld.EnvInfos(admissible_commands=True),
                               wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
         s = env.reset()
@@ -230,17 +212,66 @@ def test_observations_match_stock_textworld(small_game: Path) -> None:
         for a in actions:
             s, _, _ = env.step(a)
             out.append([s.feedback, s["admissible_commands"]])
-        print(json.dumps(out))
-        """
-    )
+        traces.append(out)
+    print(json.dumps(traces))
+    """
+)
+
+
+def _ours_and_stock(jobs: list[tuple[Path, int]]) -> tuple[list[object], list[object]]:
+    """Play each (game, n) with AlfworldEnv -- n > 0: n seeded random actions, n == 0: the walkthrough -- and
+    the same actions in a fresh interpreter with stock TextWorld (none of our caches); return both traces."""
+    import random
+
+    from tempo_rl.envs.alfworld.env import AlfworldEnv
+
+    ours, payload = [], []
+    for game, n_random in jobs:
+        env = AlfworldEnv(game, max_steps=200)
+        rng = random.Random(3)
+        try:
+            obs = env.reset()
+            trace = [[obs.text, list(obs.admissible_actions)]]
+            actions: list[str] = []
+            for i in range(n_random or len(env.walkthrough() or ())):
+                if n_random:
+                    actions.append(rng.choice([a for a in obs.admissible_actions if a != "help"] + ["jump"]))
+                else:
+                    actions.append((env.walkthrough() or ())[i])
+                obs = env.step(actions[-1]).observation
+                trace.append([obs.text, list(obs.admissible_actions)])
+        finally:
+            env.close()
+        ours.append(trace)
+        payload.append([str(game), actions])
     proc = subprocess.run(
-        [sys.executable, "-c", script, str(small_game), json.dumps(actions)],
+        [sys.executable, "-c", _STOCK_SCRIPT],
+        input=json.dumps(payload),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         check=True,
     )
-    stock = json.loads(proc.stdout.strip().splitlines()[-1])
+    return ours, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _game(games_root: Path, task_type: str) -> Path:
+    return next((games_root / "json_2.1.1" / ONE_PER_TYPE[task_type]).rglob("game.tw-pddl"))
+
+
+def test_observations_match_stock_textworld(small_game: Path, games_root: Path) -> None:
+    """Our caches leave every text and admissible list identical to a stock TextWorld process."""
+    ours, stock = _ours_and_stock(
+        [(small_game, 12), (_game(games_root, "pick_clean_then_place_in_recep"), 0)]
+    )
+    assert len(ours[1]) > 5
+    assert stock == ours
+
+
+@pytest.mark.slow
+def test_heat_and_cool_texts_match_stock_textworld(games_root: Path) -> None:
+    types = ("pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep")
+    ours, stock = _ours_and_stock([(_game(games_root, t), 0) for t in types])
     assert stock == ours
 
 
