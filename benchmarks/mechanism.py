@@ -434,6 +434,9 @@ def summarize(results: Mapping[str, Any], scale: Scale) -> dict[str, Any]:
                 "success_final": _mean(finals),
                 "success_final_per_seed": finals,
                 "success_auc": _mean(aucs),
+                "success_at_budget": _mean(
+                    [float(_interp_curve(r["curve"], np.array([scale.budget_steps]))[0]) for r in runs]
+                ),
                 "degenerate_group_rate": _mean([d for d in degenerate if d is not None]),
                 "critic_abs_error_first": _mean([c[0] for c in crit_err if c]),
                 "critic_abs_error_last": _mean([float(np.mean(c[-3:])) for c in crit_err if c]),
@@ -475,6 +478,7 @@ def headline(summary: Mapping[str, Any], scale: Scale, wall_s: float) -> dict[st
         for arm, s in env_sum.items():
             line[f"{env_name}/{arm}/success_final"] = _round(s["success_final"])
             line[f"{env_name}/{arm}/success_auc"] = _round(s["success_auc"])
+            line[f"{env_name}/{arm}/success_at_budget"] = _round(s["success_at_budget"])
             line[f"{env_name}/{arm}/degenerate_group_rate"] = _round(s["degenerate_group_rate"])
             line[f"{env_name}/{arm}/wall_s"] = _round(s["wall_s"])
         g, t, p = env_sum["grpo"], env_sum["tempo"], env_sum["tempo_pc"]
@@ -558,6 +562,21 @@ def plot(results: Mapping[str, Any], summary: Mapping[str, Any], scale: Scale, p
 # ------------------------------------------------------------------------------------------------ main
 
 
+def rebuild(results_path: Path, out_dir: Path) -> int:
+    """Summary, JSON line and plot again from a saved ``results.json`` (the measured runs are not changed)."""
+    results = json.loads(results_path.read_text())
+    scale = Scale(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in results["scale"].items()})
+    summary = summarize(results, scale)
+    results["summary"] = summary
+    line = headline(summary, scale, float(results.get("wall_s", math.nan)))
+    results["headline"] = line
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    plot(results, summary, scale, out_dir / "mechanism.png")
+    print(json.dumps(line))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -570,7 +589,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true", help="print every update's metrics to stderr")
     ap.add_argument("--jobs", type=int, default=1, help="(env, seed) tasks run in parallel processes")
     ap.add_argument("--work", default=None, help="scratch folder for run dirs (default: a temp dir)")
+    ap.add_argument(
+        "--from-results",
+        default=None,
+        help="recompute the summary, the JSON line and the PNG from an existing results.json (no training)",
+    )
     args = ap.parse_args(argv)
+    if args.from_results:
+        return rebuild(Path(args.from_results), Path(args.out))
 
     scale = QUICK if args.quick else FULL
     updates: dict[str, Any] = {}

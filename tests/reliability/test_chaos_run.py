@@ -37,7 +37,10 @@ def _total(records: list[dict[str, Any]], key: str) -> float:
 
 @pytest.mark.slow
 def test_chaos_run_with_5_percent_faults_of_every_kind(tmp_path: Path) -> None:
-    config = tiny_config(tempo={"warmup_updates": 2, "td_updates": 18}, workers={"step_timeout_s": 0.3})
+    config = tiny_config(
+        tempo={"warmup_updates": 2, "td_updates": 18, "prefix_correction": "clipped"},  # compute_logprobs too
+        workers={"step_timeout_s": 0.3},
+    )
     plan = FaultPlan(FaultRates.uniform(0.05), seed=0, hang_s=0.6)
     run_dir = tmp_path / "run"
     with faulty_build_trainer(plan, retry=FAST_RETRY, before=use_scripted_policy) as built:
@@ -66,6 +69,11 @@ def test_chaos_run_with_5_percent_faults_of_every_kind(tmp_path: Path) -> None:
     assert pool.errors == plan.injected["env_crash"] >= 1
     assert pool.timeouts >= plan.injected["env_hang"] >= 1  # a loaded machine may add genuine timeouts
     assert pool.replaced == pool.timeouts  # every hung worker was replaced
+    last = records[-1]  # the same counters are in metrics.jsonl
+    assert last["workers/timeouts"] == pool.timeouts and last["workers/replaced"] == pool.replaced
+    assert last["workers/errors"] == pool.errors
+    assert last["backend/optim_acknowledged"] == stats.optim_acknowledged
+    assert last["backend/retries"] == sum(stats.retries.values()) and last["backend/failures"] == 0
     assert _total(records, "rollout/env_errors") == pool.errors + pool.timeouts
     td = [r for r in records if r["train/phase"] == 1.0]
     assert _total(td, "actor/dropped_branches") >= _total(td, "actor/env_errors")

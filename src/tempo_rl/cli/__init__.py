@@ -27,7 +27,9 @@ COMMANDS: dict[str, str] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every available sub-command registered."""
-    parser = argparse.ArgumentParser(prog="tempo-rl", description="Long-horizon RL for LLM agents with TEMPO.")
+    parser = argparse.ArgumentParser(
+        prog="tempo-rl", description="Long-horizon RL for LLM agents with TEMPO."
+    )
     parser.add_argument("--version", action="version", version=f"tempo-rl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMANDS.values():

@@ -2,7 +2,7 @@
 
 One call of :func:`run_branches` plays many *branches* in lockstep rounds. Each branch starts from a
 :class:`~tempo_rl.training.store.StoredState` (a fresh episode start has an empty token prefix) on its own live
-env (restored beforehand, see :func:`restore_start`) and repeats:
+env (restored and verified beforehand, see :meth:`MacroStepTrainer.restore_start`) and repeats:
 
 1. sample one assistant turn from the current prompt (``sample_async``; all branches of one round concurrently;
    branches that share the same prompt, e.g. the N branches of a start at their first round, share one request
@@ -23,8 +23,12 @@ reason             condition                                     TEMPO's return
                    truncated it)
 ``macro_boundary`` the segment reached H rounds                  R_n = r_n + V_hat; endpoint stored
 ``token_budget``   the next turn would not fit the token budget  R_n = r_n (the agent cannot act on)
-``error``          env crash / time-out                          branch dropped (counted)
+``error``          env crash / time-out, or a chat template      branch dropped (counted)
+                   that rewrites history (no exact extension)
 =================  ============================================  ==================================
+
+The remaining step budget ``T - round`` is shown to the actor in every observation turn when
+``show_remaining_steps`` is set (the critic gets it through :class:`~tempo_rl.critic.CriticQuery`).
 """
 
 from __future__ import annotations

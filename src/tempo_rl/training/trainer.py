@@ -192,6 +192,7 @@ class MacroStepTrainer(abc.ABC):
                 metrics.update(asyncio.run(self.evaluate(self.config.run.eval_episodes)))
                 metrics["time/eval_seconds"] = time.perf_counter() - t1
             metrics["train/policy_version"] = float(self.state.policy_version)
+            metrics.update(self.reliability_metrics())
             self.state.update += 1
             self.state.rng_state = dict(self.rng.bit_generator.state)
             if self._log is not None:
@@ -199,6 +200,18 @@ class MacroStepTrainer(abc.ABC):
             if self._on_update_end is not None:
                 self._on_update_end(self)
             done += 1
+
+    def reliability_metrics(self) -> dict[str, float]:
+        """Failure counters since this process started: env worker calls, errors, timeouts and replaced workers
+        (``workers/...``) and backend retries (``backend/...``), from components that keep them."""
+        out: dict[str, float] = {}
+        for source in (getattr(self.c.pool, "stats", None), getattr(self.c.training_client, "stats", None)):
+            as_metrics = getattr(source, "as_metrics", None)
+            if callable(as_metrics):
+                values = as_metrics()
+                if isinstance(values, Mapping):
+                    out.update({str(k): float(v) for k, v in values.items()})
+        return out
 
     def _should_eval(self, updates_done: int) -> bool:
         every = self.config.run.eval_every
