@@ -545,7 +545,10 @@ def plot(results: Mapping[str, Any], summary: Mapping[str, Any], scale: Scale, p
         ax_c.set_title(f"{env_name}: critic value correlation")
         for ax in (ax_s, ax_d, ax_e, ax_c):
             ax.set_xlabel("training env steps")
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+            else:
+                ax.text(0.5, 0.5, "no data (GRPO has no critic)", ha="center", transform=ax.transAxes)
         parts = (*TIME_PARTS, "eval", "other")
         bottom = np.zeros(len(ARMS))
         for part in parts:

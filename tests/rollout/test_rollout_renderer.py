@@ -11,24 +11,10 @@ from hypothesis import strategies as st
 pytest.importorskip("transformers", reason="the renderer tests use the offline tokenizer (local extra)")
 
 from tempo_rl.rollout.renderer import ChatRenderer, TemplateError
+from tempo_rl.rollout.templates import QWEN_STYLE_TEMPLATE
 
-#: a hand-written Qwen3-style template: assistant turns before the last user message lose their <think> block
-QWEN_STYLE = (
-    "{%- set ns = namespace(last_user=-1) -%}"
-    "{%- for m in messages -%}"
-    "{%- if m['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- for m in messages -%}"
-    "{%- if m['role'] == 'assistant' and loop.index0 < ns.last_user and '</think>' in m['content'] -%}"
-    "{{ '<|im_start|>assistant\\n' + m['content'].split('</think>')[-1].lstrip() + '<|im_end|>\\n' }}"
-    "{%- elif m['role'] == 'tool' -%}"
-    "{{ '<|im_start|>user\\n<tool_response>\\n' + m['content'] + '\\n</tool_response><|im_end|>\\n' }}"
-    "{%- else -%}"
-    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
-)
+#: a Qwen3-style template: assistant turns before the last user message lose their <think> block
+QWEN_STYLE = QWEN_STYLE_TEMPLATE
 
 
 @pytest.fixture(scope="module")

@@ -92,6 +92,9 @@ class TextWorldEnv(ReplayableEnv):
             objective=True,
             extras=["walkthrough"],
         )
+        from tempo_rl.envs.alfworld.compat import make_parsers_thread_safe
+
+        make_parsers_thread_safe()  # one TatSu parser per thread: games may load in several threads
         with warnings.catch_warnings():
             # Jericho warns that generated games are "not fully supported" (its own score/move detection);
             # the adapter reads the score from TextWorld, so the warning is noise here.

@@ -163,7 +163,11 @@ class TempoConfig(_Model):
     error: Literal["l1", "brier"] = "l1"
     critic_failure_reward: float = Field(default=-1.0, le=0.0)
     unparsed_endpoint: Literal["drop", "substitute"] = Field(
-        default="drop", description="an endpoint whose E critic samples all fail to parse: drop the branch or"
+        default="drop",
+        description=(
+            "an endpoint whose E critic samples all fail to parse: 'drop' the branch (counted) or "
+            "'substitute' unparsed_endpoint_value for V_hat; never a silent 0"
+        ),
     )
     unparsed_endpoint_value: float = Field(default=0.0, ge=0.0, description="value used with 'substitute'")
     train_actor: bool = True
@@ -242,11 +246,31 @@ class WarmStartConfig(_Model):
 
 
 class WorkersConfig(_Model):
-    """Where env calls run: a thread pool (default) or Ray actors (``ray`` extra)."""
+    """Where env calls run: a thread pool (default) or Ray actors (``ray`` extra).
 
-    max_workers: int = Field(default=8, ge=1)
-    step_timeout_s: float = Field(default=60.0, gt=0.0)
-    ray: bool = False
+    With ``ray = false`` envs live in the trainer process; their steps run on up to ``max_workers`` threads
+    (:class:`~tempo_rl.training.workers.EnvWorkerPool`). With ``ray = true`` (``pip install 'tempo-rl[ray]'``)
+    every env lives in its own Ray actor (:class:`~tempo_rl.training.workers.RayEnvWorkerPool`): fresh games are
+    built and reset there, a restore starts N actors that each replay and verify the snapshot in parallel, and
+    steps are awaited with the ``step_timeout_s`` deadline (a hung actor is killed for real and replaced). The
+    rollout code is the same for both. Ray is initialised on first use unless it already is (call
+    ``ray.init(...)`` yourself to choose resources); ``ray_address`` joins an existing cluster. Envs must be
+    registered where the actors run: built-in envs are; a custom env must be registered when its module is
+    imported (``tempo_rl.envs.register`` at import time of an installed module).
+    """
+
+    max_workers: int = Field(default=8, ge=1, description="env calls in flight at once")
+    step_timeout_s: float = Field(default=60.0, gt=0.0, description="deadline of one env call (seconds)")
+    ray: bool = Field(default=False, description="envs in Ray actors (the ray extra) instead of threads")
+    ray_address: str | None = Field(
+        default=None, description='ray.init(address=...) when Ray is not initialised yet (e.g. "auto")'
+    )
+    ray_num_cpus_per_env: float = Field(
+        default=0.0, ge=0.0, description="CPUs Ray reserves per env actor (0: light envs share cores)"
+    )
+    ray_start_timeout_s: float = Field(
+        default=120.0, gt=0.0, description="deadline to start an env actor and build or restore its env (s)"
+    )
 
 
 class RunConfig(_Model):

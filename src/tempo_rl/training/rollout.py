@@ -23,9 +23,16 @@ reason             condition                                     TEMPO's return
                    truncated it)
 ``macro_boundary`` the segment reached H rounds                  R_n = r_n + V_hat; endpoint stored
 ``token_budget``   the next turn would not fit the token budget  R_n = r_n (the agent cannot act on)
-``error``          env crash / time-out, or a chat template      branch dropped (counted)
-                   that rewrites history (no exact extension)
+``error``          env crash / time-out                          branch dropped (counted)
 =================  ============================================  ==================================
+
+**Template restarts.** A chat template that rewrites history (e.g. Qwen3 dropping earlier ``<think>`` blocks)
+admits no token-exact extension; :meth:`~tempo_rl.rollout.renderer.ChatRenderer.extend` then returns a fresh
+full render. The branch goes on: its current token sequence ends with the last sampled turn and a new sequence
+starts from the fresh render (context only, logprob 0). A branch thus yields one training sequence per restart
+plus one (:meth:`BranchResult.sequences`), each a Datum with the same branch advantage; sampled tokens keep
+their sampled logprobs and are never re-tokenized. Restarts are counted in
+:attr:`RolloutStats.template_restarts`, and a state stored after a restart carries the restarted prefix.
 
 The remaining step budget ``T - round`` is shown to the actor in every observation turn when
 ``show_remaining_steps`` is set (the critic gets it through :class:`~tempo_rl.critic.CriticQuery`).
@@ -56,6 +63,7 @@ __all__ = [
     "EndReason",
     "RolloutSettings",
     "RolloutStats",
+    "TokenSequence",
     "build_actor_messages",
     "format_observation",
     "prompt_state_of",
@@ -166,13 +174,37 @@ class RolloutStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
+@dataclass(frozen=True)
+class TokenSequence:
+    """One finished training sequence of a branch (see the template restarts in the module docstring).
+
+    Attributes:
+        tokens: the sequence's tokens (its prompt, then its turns, ending with the last sampled turn).
+        logprobs: same length: the sampler's logprob on sampled tokens, 0 on context.
+        sampled_mask: same length: True on tokens the segment sampled.
+    """
+
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    sampled_mask: tuple[bool, ...]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(tokens int64, logprobs float32, sampled_mask bool)`` as numpy arrays."""
+        return (
+            np.asarray(self.tokens, dtype=np.int64),
+            np.asarray(self.logprobs, dtype=np.float32),
+            np.asarray(self.sampled_mask, dtype=bool),
+        )
+
+
 @dataclass
 class BranchResult:
     """One played branch.
 
     Attributes:
         start_index: index of its start in the ``starts`` given to :func:`run_branches`.
-        tokens: the whole actor sequence: the start's token prefix, then this segment's turns. When the branch
+        tokens: the current actor sequence: the start's token prefix, then this segment's turns (after a
+            template restart: the fresh render, then the later turns; see :attr:`earlier`). When the branch
             can continue (``macro_boundary``), it ends with the next generation prompt: exactly the token prefix
             to store for the endpoint.
         prefix_len: ``len(start.token_prefix)``, or the length of the rendered opening prompt for a fresh start.
@@ -186,6 +218,12 @@ class BranchResult:
         rounds: env steps in this segment; ``round_index``: env steps since reset at the end.
         snapshot: the env snapshot at the end (None after an error).
         error: the error message when ``end_reason == "error"``.
+        turn_starts: for each round of this segment, where its sampled turn starts in its token sequence
+            (= the length of the prompt it was sampled from).
+        turn_seq: for each round, the index of its token sequence in :meth:`sequences` (0 until the first
+            template restart).
+        earlier: the finished sequences before the current one (``tokens`` ... ``sampled_mask``), one per
+            template restart.
     """
 
     start_index: int
@@ -209,6 +247,8 @@ class BranchResult:
     prompt: Any = None
     windows: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    turn_seq: list[int] = field(default_factory=list)
+    earlier: list[TokenSequence] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -232,8 +272,35 @@ class BranchResult:
 
     @property
     def sampled_logprob_sum(self) -> float:
-        """Sum of the sampler logprobs of this segment's sampled tokens (for prefix importance weights)."""
-        return float(sum(lp for lp, m in zip(self.logprobs, self.sampled_mask) if m))
+        """Sum of the sampler logprobs of this segment's sampled tokens, over all its sequences."""
+        return float(sum(lp for q in self.sequences() for lp, m in zip(q.logprobs, q.sampled_mask) if m))
+
+    @property
+    def restarts(self) -> int:
+        """Template restarts in this segment (= ``len(sequences()) - 1``)."""
+        return len(self.earlier)
+
+    def current(self) -> TokenSequence:
+        """The current (last) token sequence, as a :class:`TokenSequence`."""
+        return TokenSequence(tuple(self.tokens), tuple(self.logprobs), tuple(self.sampled_mask))
+
+    def sequences(self) -> list[TokenSequence]:
+        """Every training sequence of this branch: one per template restart, then the current one."""
+        return [*self.earlier, self.current()]
+
+    def sequence(self, index: int) -> TokenSequence:
+        """Sequence ``index`` of :meth:`sequences` (the current one for ``index == len(earlier)``)."""
+        if not 0 <= index <= len(self.earlier):
+            raise IndexError(f"branch has {len(self.earlier) + 1} token sequences, no index {index}")
+        return self.earlier[index] if index < len(self.earlier) else self.current()
+
+    def restart(self, prompt: PromptState) -> None:
+        """End the current sequence and start a new one from ``prompt`` (a fresh render: all context)."""
+        self.earlier.append(self.current())
+        self.prompt = prompt
+        self.tokens = list(prompt.tokens)
+        self.logprobs = [0.0] * len(self.tokens)
+        self.sampled_mask = [False] * len(self.tokens)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(tokens int64, logprobs float32, sampled_mask bool)`` as numpy arrays."""
@@ -357,6 +424,7 @@ async def run_branches(
                 order.append((b, env, seq))
         for b, _env, seq in order:
             b.turn_starts.append(len(b.tokens))
+            b.turn_seq.append(len(b.earlier))
             b.windows.append(prompt_window(b.prompt))
             b.tokens.extend(seq.tokens)
             b.logprobs.extend(float(x) for x in seq.logprobs)
@@ -415,10 +483,10 @@ async def run_branches(
                 ext = chat.extend(b.prompt, seq.tokens, [{"role": OBSERVATION_ROLE, "content": text}])
                 stats.prompt_s += time.perf_counter() - t1
                 if ext.restarted:
-                    # the template rewrote history: the sequence cannot be continued token-exactly; the branch
-                    # ends here (counted) instead of re-tokenizing what the policy sampled
-                    b.end_reason = "error"
-                    b.error = f"chat template rewrote history ({ext.reason})"
+                    # the template rewrote history: no token-exact extension exists. The current sequence
+                    # ends with the sampled turn; the branch goes on in a new sequence from the fresh render
+                    # (counted), so nothing the policy sampled is re-tokenized.
+                    b.restart(ext.state)
                     stats.template_restarts += 1
                 else:
                     b.prompt = ext.state

@@ -53,6 +53,7 @@ __all__ = [
     "TRAJECTORIES_FILE",
     "build_trainer",
     "env_corpus",
+    "env_workers",
     "summarize",
     "train_run",
 ]
@@ -72,22 +73,24 @@ TOKENIZER_DIR = "tokenizer"
 # ------------------------------------------------------------------------------------------------ env helpers
 
 
-#: Env construction and restores are serialised: some adapters (TextWorld/ALFWorld grammar parsing) are not
-#: thread-safe while loading a game. Steps on live envs still run concurrently in the worker pool.
-ENV_BUILD_LOCK = threading.RLock()
+#: Restores that share one :class:`~tempo_rl.envs.ForkCache` are serialised: the cache is not thread-safe.
+#: Env construction needs no lock (the TextWorld/ALFWorld adapters load games thread-safely), and steps on
+#: live envs run concurrently in the worker pool.
+FORK_CACHE_LOCK = threading.RLock()
 
 
 def make_env_at_reset(spec: EnvSpec, seed: int) -> Any:
-    """A live :class:`~tempo_rl.envs.RecordedEnv` of ``spec`` reset with ``seed``."""
-    with ENV_BUILD_LOCK:
-        env = make(spec)
-        env.reset(seed)
+    """A live :class:`~tempo_rl.envs.RecordedEnv` of ``spec`` reset with ``seed`` (thread-safe)."""
+    env = make(spec)
+    env.reset(seed)
     return env
 
 
 def locked_restore_branches(snapshot: Snapshot, n: int, cache: ForkCache | None = None) -> list[Any]:
-    """:func:`tempo_rl.envs.restore_branches` under :data:`ENV_BUILD_LOCK` (the fork cache is shared too)."""
-    with ENV_BUILD_LOCK:
+    """:func:`tempo_rl.envs.restore_branches`, under :data:`FORK_CACHE_LOCK` when ``cache`` is given."""
+    if cache is None:
+        return restore_branches(snapshot, n)
+    with FORK_CACHE_LOCK:
         return restore_branches(snapshot, n, cache=cache)
 
 
@@ -184,6 +187,51 @@ def _create_clients(
 # ------------------------------------------------------------------------------------------------ build
 
 
+def env_workers(
+    config: TrainConfig,
+) -> tuple[Any, Callable[[EnvSpec, int], Any], Callable[[Snapshot, int], list[Any]], ForkCache | None]:
+    """The env plumbing of a trainer from ``config.workers``: ``(pool, make_env, restore_branches, cache)``.
+
+    * ``workers.ray = false``: envs live in this process; ``make_env`` / ``restore_branches`` build them here
+      (restores share a :class:`~tempo_rl.envs.ForkCache`, so envs with a native fork copy instead of
+      replaying) and steps run on an :class:`~tempo_rl.training.workers.EnvWorkerPool` of threads.
+    * ``workers.ray = true``: a :class:`~tempo_rl.training.workers.RayEnvWorkerPool`; ``make_env`` starts an
+      actor that builds and resets the game, ``restore_branches`` starts ``n`` actors that each restore the
+      snapshot by verified replay, in parallel (a divergence raises here, and the trainer quarantines the
+      state). The envs are :class:`~tempo_rl.training.workers.RemoteEnv` proxies; no fork cache.
+
+    Raises:
+        tempo_rl._optional.MissingDependencyError: ``workers.ray = true`` without the ``ray`` extra (the
+            message names the install).
+    """
+    w = config.workers
+    if w.ray:
+        from tempo_rl.training.workers import RayEnvWorkerPool
+
+        ray_pool = RayEnvWorkerPool(
+            max_workers=w.max_workers,
+            step_timeout_s=w.step_timeout_s,
+            num_cpus_per_env=w.ray_num_cpus_per_env,
+            start_timeout_s=w.ray_start_timeout_s,
+            init_kwargs={"address": w.ray_address} if w.ray_address else None,
+        )
+
+        def restore_remote(snapshot: Snapshot, n: int) -> list[Any]:
+            return list(ray_pool.restore_branches(snapshot, n))
+
+        return ray_pool, ray_pool.make_at_reset, restore_remote, None
+
+    from tempo_rl.training.workers import EnvWorkerPool
+
+    pool = EnvWorkerPool(max_workers=w.max_workers, step_timeout_s=w.step_timeout_s)
+    cache = ForkCache()
+
+    def restore_local(snapshot: Snapshot, n: int) -> list[Any]:
+        return locked_restore_branches(snapshot, n, cache)
+
+    return pool, make_env_at_reset, restore_local, cache
+
+
 def build_trainer(
     config: TrainConfig,
     run_dir: Path,
@@ -200,8 +248,6 @@ def build_trainer(
     ``service_client`` (PyTRIO / Tinker only) replaces the SDK's ``ServiceClient``, e.g. with the recording
     stubs of :mod:`tempo_rl.backends.testing`.
     """
-    from tempo_rl.training.workers import EnvWorkerPool
-
     training, sampler, tokenizer = _create_clients(
         config, run_dir, resume=resume, service_client=service_client
     )
@@ -226,17 +272,7 @@ def build_trainer(
         per_game_cap=config.store.per_game_cap,
         max_age_versions=config.store.max_age_versions,
     )
-    if config.workers.ray:
-        raise ConfigError(
-            "workers.ray: the trainer does not drive Ray env actors yet (restores run in this process); set "
-            "workers.ray = false (env steps then run in a thread pool)"
-        )
-    pool = EnvWorkerPool(max_workers=config.workers.max_workers, step_timeout_s=config.workers.step_timeout_s)
-    cache = ForkCache()
-
-    def restore_n(snapshot: Snapshot, n: int) -> list[Any]:
-        return locked_restore_branches(snapshot, n, cache)
-
+    pool, make_env, restore_n, cache = env_workers(config)
     components = TrainerComponents(
         training_client=training,
         sampler=sampler,
@@ -245,7 +281,7 @@ def build_trainer(
         store=store,
         pool=pool,
         parser=ToolCallParser(),
-        make_env=make_env_at_reset,
+        make_env=make_env,
         restore_branches=restore_n,
         cache=cache,
     )
@@ -546,8 +582,8 @@ def summarize(metrics_path: Path) -> dict[str, Any]:
     td = [r for r in records if _metric(r, "train/phase") == 1.0]
     grpo = [r for r in records if _metric(r, "train/phase") == 2.0]
     err = [_metric(r, "critic/abs_error_mean") for r in warm]
-    evals = [(int(r.get("step", 0)), _metric(r, "eval/success_rate")) for r in records]
-    evals = [(s, v) for s, v in evals if not math.isnan(v)]
+    eval_records = [r for r in records if not math.isnan(_metric(r, "eval/success_rate"))]
+    evals = [(int(r.get("step", 0)), _metric(r, "eval/success_rate")) for r in eval_records]
     return {
         "updates": len(warm) + len(td) + len(grpo),
         "warmup_updates": len(warm),
@@ -556,9 +592,13 @@ def summarize(metrics_path: Path) -> dict[str, Any]:
         "grpo_success_rate": [_metric(r, "grpo/success_rate") for r in grpo],
         "critic_abs_error_first_warmup": err[0] if err else math.nan,
         "critic_abs_error_last_warmup": err[-1] if err else math.nan,
+        "critic_abs_error_warmup": err,
         "critic_abs_error_td_last": _metric(td[-1], "critic/abs_error_mean") if td else math.nan,
         "td_terminal_won_rate": [_metric(r, "actor/terminal_won_rate") for r in td],
         "eval_success": evals,
+        "eval_games": _metric(eval_records[-1], "eval/episodes") if eval_records else math.nan,
+        "eval_success_first": evals[0][1] if evals else math.nan,
+        "eval_success_last": evals[-1][1] if evals else math.nan,
         "states_reused_total": _metric(td[-1], "td/reused_states_total") if td else 0.0,
         "store_size": _metric(records[-1], "store/size") if records else math.nan,
     }
@@ -577,9 +617,19 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         f"critic abs error, warm-up: first {f(summary.get('critic_abs_error_first_warmup'))} -> last "
         f"{f(summary.get('critic_abs_error_last_warmup'))}; last TD {f(summary.get('critic_abs_error_td_last'))}",
     ]
+    err = summary.get("critic_abs_error_warmup") or []
+    if err:
+        lines.append("critic abs error per warm-up update: " + " ".join(f(x) for x in err))
     evals = summary.get("eval_success") or []
     if evals:
-        lines.append("eval success: " + ", ".join(f"u{s}={v:.2f}" for s, v in evals))
+        games = summary.get("eval_games")
+        n = f"{games:.0f}" if isinstance(games, int | float) and not math.isnan(games) else "?"
+        first, last = evals[0][1], evals[-1][1]
+        lines.append(
+            f"actor eval success on {n} held-out games, by updates done (u0 = after the warm start): "
+            + ", ".join(f"u{s}={v:.2f}" for s, v in evals)
+            + f"; first {first:.2f} -> last {last:.2f} ({last - first:+.2f})"
+        )
     won = summary.get("td_terminal_won_rate") or []
     if won:
         lines.append("TD branch success: " + " ".join(f(x) for x in won))

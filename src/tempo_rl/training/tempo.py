@@ -49,7 +49,12 @@ from tempo_rl.signals import (
     monte_carlo_returns,
     td_targets,
 )
-from tempo_rl.training.prefix_correction import PREFIX_SPANS_KEY, PrefixCorrection, endpoint_prefix_spans
+from tempo_rl.training.prefix_correction import (
+    PREFIX_SPANS_KEY,
+    PrefixCorrection,
+    endpoint_prefix_spans,
+    sampled_spans,
+)
 from tempo_rl.training.rollout import PROMPT_KEY, BranchResult, RolloutStats, prompt_window
 from tempo_rl.training.store import StoredState, make_state_id
 from tempo_rl.training.trainer import MacroStepTrainer, StartState, UpdateTimer
@@ -109,7 +114,8 @@ def rollout_metrics(stats: RolloutStats, prefix: str = "rollout") -> dict[str, f
 
     * ``valid_tool_call_rate`` = turns with a readable tool call / turns;
     * ``admissible_action_rate`` = admissible actions / turns with a readable call and a known admissible list;
-    * ``valid_action_rate`` = turns with a readable call whose action was admissible / turns with a known list.
+    * ``valid_action_rate`` = turns with a readable call whose action was admissible / turns with a known list;
+    * ``template_restarts`` = chat-template history rewrites (each starts a new training sequence of its branch).
     """
     turns = stats.turns
     return {
@@ -125,6 +131,7 @@ def rollout_metrics(stats: RolloutStats, prefix: str = "rollout") -> dict[str, f
         ),
         f"{prefix}/env_errors": float(stats.env_errors),
         f"{prefix}/sampled_tokens": float(stats.sampled_tokens),
+        f"{prefix}/template_restarts": float(stats.template_restarts),
     }
 
 
@@ -163,11 +170,25 @@ class TempoTrainer(MacroStepTrainer):
         depth = start.snapshot.round_index + rounds
         if depth >= self.config.tempo.max_rounds:
             return None
-        end = branch.turn_starts[rounds] if rounds < len(branch.turn_starts) else len(branch.tokens)
+        # the token sequence the state's prompt lives in: after a chat-template restart, the restarted one
+        seq_index = branch.turn_seq[rounds] if rounds < len(branch.turn_seq) else branch.restarts
+        sequence = branch.sequence(seq_index)
+        end = branch.turn_starts[rounds] if rounds < len(branch.turn_starts) else len(sequence.tokens)
         if end + self.config.sampling.max_tokens > self.config.sampling.max_trajectory_tokens:
             return None
-        prefix = branch.tokens[:end]
-        lp = float(sum(x for x, m in zip(branch.logprobs[:end], branch.sampled_mask[:end]) if m))
+        prefix = list(sequence.tokens[:end])
+        lp = float(sum(x for x, m in zip(sequence.logprobs[:end], sequence.sampled_mask[:end]) if m))
+        if seq_index == 0:  # the sequence begins with the start's prefix: its spans and logprobs carry over
+            spans = endpoint_prefix_spans(start, sequence, end, self.state.policy_version)
+            prefix_lp = start.prefix_logprob_sum + lp
+        else:  # a fresh render: earlier turns are context now; only this sequence's sampled tokens count
+            spans = [
+                span.to_json()
+                for span in sampled_spans(
+                    sequence.sampled_mask, sequence.logprobs, self.state.policy_version, end=end
+                )
+            ]
+            prefix_lp = lp
         snapshot: Snapshot = branch.snapshot
         if rounds < branch.rounds:
             obs = branch.observations[rounds - 1]
@@ -183,14 +204,14 @@ class TempoTrainer(MacroStepTrainer):
             initial_observation=start.initial_observation,
             history=tuple(tuple(t) for t in branch.history[: len(start.history) + rounds]),  # type: ignore[misc]
             token_prefix=tuple(prefix),
-            prefix_logprob_sum=start.prefix_logprob_sum + lp,
+            prefix_logprob_sum=prefix_lp,
             policy_version=self.state.policy_version,
             macro_index=start.macro_index + max(1, rounds // self.config.tempo.macro_rounds),
             parent_id=start.id,
             privileged_info=start.privileged_info,
             extra={
                 PROMPT_KEY: window,
-                PREFIX_SPANS_KEY: endpoint_prefix_spans(start, branch, end, self.state.policy_version),
+                PREFIX_SPANS_KEY: spans,
             },
         )
 

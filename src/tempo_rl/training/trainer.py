@@ -359,25 +359,30 @@ class MacroStepTrainer(abc.ABC):
     def actor_datums(
         self, branches: Sequence[BranchResult], advantages: Sequence[float], *, role: str = "actor"
     ) -> list[Datum]:
-        """One Datum per branch with a non-zero advantage: context (prefix, observations) logprob 0 / advantage
-        0; this segment's sampled tokens carry their sampled logprobs and the branch advantage. Context after
-        the last sampled token (the final observation turn) is cut: it carries no loss."""
+        """One Datum per token sequence of each branch with a non-zero advantage (a branch has one sequence,
+        plus one per chat-template restart, see :meth:`BranchResult.sequences`): context (prefix, observations)
+        logprob 0 / advantage 0; the sampled tokens carry their sampled logprobs and the branch advantage (the
+        same for every sequence of the branch). Context after the last sampled token (the final observation
+        turn) is cut: it carries no loss; a sequence without sampled tokens yields no Datum."""
         out = []
         for branch, adv in zip(branches, advantages):
-            if not math.isfinite(adv) or abs(adv) <= ADV_ATOL or not any(branch.sampled_mask):
+            if not math.isfinite(adv) or abs(adv) <= ADV_ATOL:
                 continue
-            tokens, logprobs, mask = branch.arrays()
-            end = int(np.flatnonzero(mask)[-1]) + 1
-            advs = np.where(mask, np.float32(adv), np.float32(0.0))
-            out.append(
-                make_datum(
-                    tokens[:end].tolist(),
-                    logprobs[:end].tolist(),
-                    advs[:end].tolist(),
-                    vocab_size=self.vocab_size(),
-                    role=role,
+            for sequence in branch.sequences():
+                tokens, logprobs, mask = sequence.arrays()
+                if not mask.any():
+                    continue
+                end = int(np.flatnonzero(mask)[-1]) + 1
+                advs = np.where(mask, np.float32(adv), np.float32(0.0))
+                out.append(
+                    make_datum(
+                        tokens[:end].tolist(),
+                        logprobs[:end].tolist(),
+                        advs[:end].tolist(),
+                        vocab_size=self.vocab_size(),
+                        role=role,
+                    )
                 )
-            )
         return out
 
     def critic_datums(self, estimates: CriticEstimates, advantages: Sequence[float]) -> list[Datum]:

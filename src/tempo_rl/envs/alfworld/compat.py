@@ -1,6 +1,6 @@
 """Compatibility shims for TextWorld 1.7 / fast-downward, applied at run time (site-packages untouched).
 
-Three problems are fixed here, each idempotently and only when ALFWorld is actually used:
+These problems are fixed here, each idempotently and only when ALFWorld is actually used:
 
 * **PEP 667 (CPython >= 3.13).** ``textworld.envs.pddl.textgen.EvalSymbol.derive`` does
   ``locals().update(context["variables"])`` and then a bare ``eval(expression)``. Since 3.13 ``locals()`` in a
@@ -10,6 +10,14 @@ Three problems are fixed here, each idempotently and only when ALFWorld is actua
   that evaluates in an explicit namespace: the textgen module globals, then ``self`` and ``context``, then the
   grammar variables (the same name resolution the original had on 3.11). Async TextWorld workers get the same
   patch through :class:`CompatWrapper`, which is constructed inside each worker process.
+* **Thread safety.** TextWorld parses with module-level TatSu parsers (``_PARSER`` in ``textworld.logic``,
+  ``textworld.textgen``, ``textworld.envs.pddl.logic`` and ``textworld.envs.pddl.textgen``). A TatSu parser
+  keeps its parse state (AST/CST stacks, memo) on the instance and its semantics object points back at it, so
+  two threads loading or stepping games at once corrupt each other's parse (``'ActionGrammarNode' object is
+  not iterable``, ``pop from empty list``, ``'NoneType' object is not iterable``). :func:`patch_textworld`
+  swaps each for a :class:`ThreadLocalParser`: the same parser and semantics classes, one instance per
+  thread. The PDDL->SAS translation sets the process-global ``sys.argv`` and fast-downward's global options,
+  so translations (cache misses only) are serialised by a lock.
 * **``sys.argv`` clobbering.** ``fast_downward.pddl2sas`` sets
   ``sys.argv = ["translate.py", "domain", "task"]``
   and never restores it. :func:`preserve_argv` restores the caller's list (the same object, same contents).
@@ -38,10 +46,12 @@ from typing import Any
 
 __all__ = [
     "CompatWrapper",
+    "ThreadLocalParser",
     "close_batch_env",
     "disable_translation_cache",
     "enable_parse_cache",
     "enable_translation_cache",
+    "make_parsers_thread_safe",
     "patch_textworld",
     "preserve_argv",
     "translation_cache_info",
@@ -49,6 +59,69 @@ __all__ = [
 
 _PATCHED = False
 _LOCK = threading.RLock()
+#: Serialises PDDL->SAS translations: fast-downward reads its options from the process-global ``sys.argv``.
+_TRANSLATE_LOCK = threading.Lock()
+
+#: ``(module, attribute path)`` of TextWorld's shared TatSu parsers.
+_SHARED_PARSERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("textworld.logic", ("_PARSER",)),
+    ("textworld.textgen", ("TextGrammar", "_PARSER")),
+    ("textworld.envs.pddl.logic", ("_PARSER",)),
+    ("textworld.envs.pddl.textgen", ("_PARSER",)),
+)
+
+
+class ThreadLocalParser:
+    """Stands in for a shared TatSu parser: one parser (with its own semantics object) per thread.
+
+    Built from the original's classes (``type(parser)``, ``type(parser.semantics)``, ``parseinfo=True`` as
+    TextWorld builds them), so every thread parses exactly as the original would, without sharing state.
+    """
+
+    def __init__(self, parser_cls: type, semantics_cls: type | None) -> None:
+        self.parser_cls = parser_cls
+        self.semantics_cls = semantics_cls
+        self._local = threading.local()
+
+    @classmethod
+    def replacing(cls, parser: Any) -> ThreadLocalParser:
+        """A per-thread stand-in for ``parser`` (``parser`` itself when it already is one)."""
+        if isinstance(parser, ThreadLocalParser):
+            return parser
+        semantics = getattr(parser, "semantics", None)
+        return cls(type(parser), type(semantics) if semantics is not None else None)
+
+    def parser(self) -> Any:
+        """This thread's parser (built on first use)."""
+        parser = getattr(self._local, "parser", None)
+        if parser is None:
+            semantics = self.semantics_cls() if self.semantics_cls is not None else None
+            parser = self._local.parser = self.parser_cls(semantics=semantics, parseinfo=True)
+        return parser
+
+    def parse(self, *args: Any, **kwargs: Any) -> Any:
+        """``parse`` on this thread's parser."""
+        return self.parser().parse(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("parser_cls", "semantics_cls", "_local"):
+            raise AttributeError(name)
+        return getattr(self.parser(), name)
+
+
+def make_parsers_thread_safe() -> None:
+    """Give every thread its own copy of TextWorld's shared TatSu parsers (idempotent; see the module
+    docstring). Called by :func:`patch_textworld`."""
+    import importlib
+
+    with _LOCK:
+        for module_name, path in _SHARED_PARSERS:
+            owner: Any = importlib.import_module(module_name)
+            for name in path[:-1]:
+                owner = getattr(owner, name)
+            current = getattr(owner, path[-1])
+            if not isinstance(current, ThreadLocalParser):
+                setattr(owner, path[-1], ThreadLocalParser.replacing(current))
 
 
 def _derive_with_explicit_namespace(self: Any, context: Any = None) -> list[Any]:
@@ -63,7 +136,8 @@ def _derive_with_explicit_namespace(self: Any, context: Any = None) -> list[Any]
 
 
 def patch_textworld() -> None:
-    """Install the PEP 667 fix for TextWorld's grammar evaluation in this process (idempotent).
+    """Install the PEP 667 fix for TextWorld's grammar evaluation and the per-thread TatSu parsers
+    (:func:`make_parsers_thread_safe`) in this process (idempotent).
 
     Applied on every Python version: the explicit namespace resolves names exactly as the original did on
     3.11, so behaviour is identical there and correct on 3.13+.
@@ -75,6 +149,7 @@ def patch_textworld() -> None:
         from textworld.envs.pddl import textgen
 
         textgen.EvalSymbol.derive = _derive_with_explicit_namespace  # type: ignore[method-assign]
+        make_parsers_thread_safe()
         _PATCHED = True
 
 
@@ -110,8 +185,14 @@ class _TranslationCache:
                 self.entries.move_to_end(key)
                 self.hits += 1
                 return self.entries[key]
-        with preserve_argv():
-            result = self.original(domain, problem, verbose=verbose, optimize=optimize)
+        with _TRANSLATE_LOCK:  # one translation at a time: it rewrites the process-global sys.argv
+            with _LOCK:  # another thread may have translated this game while we waited
+                if key in self.entries:
+                    self.entries.move_to_end(key)
+                    self.hits += 1
+                    return self.entries[key]
+            with preserve_argv():
+                result = self.original(domain, problem, verbose=verbose, optimize=optimize)
         with _LOCK:
             self.misses += 1
             self.entries[key] = result
