@@ -30,10 +30,13 @@ from typing import Any
 import numpy as np
 
 from tempo_rl.backends.types import ForwardBackwardOutput, SampledSequence, SampleResult, SamplingParams
+from tempo_rl.testing.policies import ScriptedSamplerBase
 
 
-class InstantPolicy:
+class InstantPolicy(ScriptedSamplerBase):
     """A SamplingClient with no model: actor turns pick a random admissible action, critic turns say 0.5."""
+
+    nominal_logprob = -0.5
 
     def __init__(self, tokenizer: Any) -> None:
         from tempo_rl.rollout.tool_call import format_tool_call
@@ -66,17 +69,6 @@ class InstantPolicy:
             )
         self.seconds += time.perf_counter() - t0
         return SampleResult(sequences=tuple(seqs))
-
-    async def sample_async(
-        self, prompt: Sequence[int], num_samples: int, params: SamplingParams
-    ) -> SampleResult:
-        return self.sample(prompt, num_samples, params)
-
-    def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
-        return [None] + [-0.5] * (len(tokens) - 1)
-
-    async def compute_logprobs_async(self, tokens: Sequence[int]) -> list[float | None]:
-        return self.compute_logprobs(tokens)
 
 
 class NullTrainingClient:

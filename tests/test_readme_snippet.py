@@ -59,3 +59,12 @@ def test_snippet_asserts_can_fail() -> None:
     )
     with pytest.raises(AssertionError):
         _run(source, "corrupted-snippet")
+
+
+def test_every_python_block_in_the_readme_runs() -> None:
+    """Not only the signals snippet: every ```python block of the README is executed as written."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python[ \t]*\n(.*?)\n```", readme, flags=re.DOTALL | re.MULTILINE)
+    assert len(blocks) >= 2, "the README should show the signals and the environment snippets"
+    for i, block in enumerate(blocks):
+        _run(block, f"README.md:python-block-{i}")

@@ -27,6 +27,7 @@ from tempo_rl.critic.generative import GenerativeCritic
 from tempo_rl.envs import ForkCache
 from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
+from tempo_rl.testing.policies import ScriptedSamplerBase
 from tempo_rl.training.config import TrainConfig, load_config
 from tempo_rl.training.run import env_corpus, locked_restore_branches, make_env_at_reset
 from tempo_rl.training.store import StateStore
@@ -38,8 +39,10 @@ RIGHT = re.compile(r"the right key is (\w+)")
 TAKEN = re.compile(r"Actor: take (\w+)")
 
 
-class ScriptedSampler:
+class ScriptedSampler(ScriptedSamplerBase):
     """A SamplingClient whose actor answers are a noisy KeyDoor expert and critic answers an oracle."""
+
+    nominal_logprob = -0.25
 
     def __init__(
         self, tokenizer: Any, *, p_right: float = 0.5, undecided: float = 0.5, garbage: bool = False
@@ -91,17 +94,6 @@ class ScriptedSampler:
                 )
             )
         return SampleResult(sequences=tuple(seqs))
-
-    async def sample_async(
-        self, prompt: Sequence[int], num_samples: int, params: SamplingParams
-    ) -> SampleResult:
-        return self.sample(prompt, num_samples, params)
-
-    def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
-        return [None] + [-0.25] * (len(tokens) - 1)
-
-    async def compute_logprobs_async(self, tokens: Sequence[int]) -> list[float | None]:
-        return self.compute_logprobs(tokens)
 
 
 class RecordingTrainingClient:

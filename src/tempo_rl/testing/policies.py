@@ -19,12 +19,46 @@ import numpy as np
 from tempo_rl.backends.types import SampledSequence, SampleResult, SamplingParams
 from tempo_rl.rollout.tool_call import format_tool_call
 
-__all__ = ["PolicyTrainingClient", "ScriptedPolicy", "innermost_client", "use_scripted_policy"]
+__all__ = [
+    "PolicyTrainingClient",
+    "ScriptedPolicy",
+    "ScriptedSamplerBase",
+    "innermost_client",
+    "use_scripted_policy",
+]
 
 _ACTIONS = re.compile(r"Actions: ([^<\n]*)")
 
 
-class ScriptedPolicy:
+class ScriptedSamplerBase:
+    """The SamplingClient boilerplate shared by scripted (model-free) samplers.
+
+    Subclasses implement :meth:`sample`; every sampled token is given the nominal logprob
+    :attr:`nominal_logprob`, and :meth:`compute_logprobs` reports the same value for every token after the first,
+    so importance ratios against a scripted sampler are exactly 1.
+    """
+
+    nominal_logprob: float = -0.5
+
+    def sample(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> SampleResult:
+        raise NotImplementedError
+
+    async def sample_async(
+        self, prompt: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> SampleResult:
+        """Same as :meth:`sample`."""
+        return self.sample(prompt, num_samples, params)
+
+    def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
+        """:attr:`nominal_logprob` for every token after the first."""
+        return [None] + [self.nominal_logprob] * (len(tokens) - 1)
+
+    async def compute_logprobs_async(self, tokens: Sequence[int]) -> list[float | None]:
+        """Same as :meth:`compute_logprobs`."""
+        return self.compute_logprobs(tokens)
+
+
+class ScriptedPolicy(ScriptedSamplerBase):
     """A SamplingClient: the actor calls a uniformly random listed action, the critic answers a random value.
 
     Every answer is a pure function of ``(prompt, params.seed, sample index)``. Tokens are the tokenizer's
@@ -55,25 +89,11 @@ class ScriptedPolicy:
             seqs.append(
                 SampledSequence(
                     tokens=tuple(int(t) for t in tokens),
-                    logprobs=tuple(-0.5 for _ in tokens),
+                    logprobs=tuple(self.nominal_logprob for _ in tokens),
                     text=self.tokenizer.decode(list(tokens), skip_special_tokens=False),
                 )
             )
         return SampleResult(sequences=tuple(seqs))
-
-    async def sample_async(
-        self, prompt: Sequence[int], num_samples: int, params: SamplingParams
-    ) -> SampleResult:
-        """Same as :meth:`sample`."""
-        return self.sample(prompt, num_samples, params)
-
-    def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
-        """``-0.5`` for every token after the first (the scripted policy's nominal logprob)."""
-        return [None] + [-0.5] * (len(tokens) - 1)
-
-    async def compute_logprobs_async(self, tokens: Sequence[int]) -> list[float | None]:
-        """Same as :meth:`compute_logprobs`."""
-        return self.compute_logprobs(tokens)
 
 
 class PolicyTrainingClient:

@@ -1,0 +1,71 @@
+"""The end-of-run summary: critic error over the warm-up and the actor's eval success curve, from metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from tempo_rl.training.run import format_summary, summarize
+
+
+def _write(path: Path, records: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _records() -> list[dict[str, object]]:
+    return [
+        {"step": 0, "metrics": {"eval/success_rate": 0.25, "eval/episodes": 32.0}},
+        {"step": 1, "metrics": {"train/phase": 0.0, "critic/abs_error_mean": 0.5}},
+        {"step": 2, "metrics": {"train/phase": 0.0, "critic/abs_error_mean": 0.4}},
+        {
+            "step": 3,
+            "metrics": {
+                "train/phase": 1.0,
+                "critic/abs_error_mean": 0.3,
+                "actor/terminal_won_rate": 0.5,
+                "td/reused_states_total": 3.0,
+                "eval/success_rate": 0.5,
+                "eval/episodes": 32.0,
+            },
+        },
+        {
+            "step": 4,
+            "metrics": {
+                "train/phase": 1.0,
+                "critic/abs_error_mean": 0.2,
+                "actor/terminal_won_rate": 0.75,
+                "td/reused_states_total": 6.0,
+                "store/size": 9.0,
+                "eval/success_rate": 0.625,
+                "eval/episodes": 32.0,
+            },
+        },
+    ]
+
+
+def test_summary_has_the_eval_curve_and_the_warmup_critic_error(tmp_path: Path) -> None:
+    summary = summarize(_write(tmp_path / "metrics.jsonl", _records()))
+    assert summary["warmup_updates"] == 2 and summary["td_updates"] == 2
+    assert summary["critic_abs_error_warmup"] == [0.5, 0.4]
+    assert summary["critic_abs_error_first_warmup"] == 0.5
+    assert summary["critic_abs_error_last_warmup"] == 0.4
+    assert summary["critic_abs_error_td_last"] == 0.2
+    assert summary["eval_success"] == [(0, 0.25), (3, 0.5), (4, 0.625)]
+    assert summary["eval_success_first"] == 0.25 and summary["eval_success_last"] == 0.625
+    assert summary["eval_games"] == 32.0
+    assert summary["states_reused_total"] == 6.0
+
+    text = format_summary(summary)
+    assert "critic abs error per warm-up update: 0.500 0.400" in text
+    assert "actor eval success on 32 held-out games" in text
+    assert "u0=0.25, u3=0.50, u4=0.62; first 0.25 -> last 0.62 (+0.38)" in text
+
+
+def test_summary_without_evaluations(tmp_path: Path) -> None:
+    records = [r for r in _records() if "eval/success_rate" not in r["metrics"]]  # type: ignore[operator]
+    summary = summarize(_write(tmp_path / "metrics.jsonl", records))
+    assert summary["eval_success"] == []
+    assert math.isnan(summary["eval_success_first"]) and math.isnan(summary["eval_games"])
+    assert "actor eval success" not in format_summary(summary)
