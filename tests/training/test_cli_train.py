@@ -43,3 +43,40 @@ def test_refuses_to_overwrite_an_existing_run(tmp_path: Path, capsys: pytest.Cap
     # --overwrite would start anew; with an invalid override it stops before touching the directory
     assert main(["train", "--run-dir", str(tmp_path), "--overwrite", "--set", "tempo.branches=0"]) == 2
     assert (tmp_path / "config.toml").exists()
+
+
+def test_train_imports_user_modules_before_building_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--import MODULE`` makes a user's env registration visible to ``train`` (as for ``check-replay``)."""
+    from tempo_rl.cli import main
+    from tempo_rl.envs.registry import available, unregister
+
+    (tmp_path / "my_env_module_for_train.py").write_text(
+        "from tempo_rl.envs import register\n"
+        "from tempo_rl.envs.keydoor import KeyDoorEnv\n"
+        "register('my-keydoor-for-train', KeyDoorEnv, overwrite=True)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    try:
+        # an invalid config (T not a multiple of H) stops the run after the import, before any training
+        rc = main(
+            [
+                "train",
+                "--import",
+                "my_env_module_for_train",
+                "--set",
+                "env.name=my-keydoor-for-train",
+                "--set",
+                "tempo.macro_rounds=7",
+                "--run-dir",
+                str(tmp_path / "run"),
+            ]
+        )
+        assert rc == 2
+        assert "my-keydoor-for-train" in available()
+        assert "macro_rounds" in capsys.readouterr().err
+        assert main(["train", "--import", "no_such_module_xyz"]) == 2
+        assert "no_such_module_xyz" in capsys.readouterr().err
+    finally:
+        unregister("my-keydoor-for-train")

@@ -25,6 +25,36 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def add_import_option(parser: argparse.ArgumentParser) -> None:
+    """``--import MODULE`` (repeatable): import user modules (e.g. one that registers an env) before running."""
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (repeatable), e.g. the module of your own adapter that calls "
+        "tempo_rl.envs.register(); the current directory is importable",
+    )
+
+
+def import_user_modules(command: str, modules: Sequence[str]) -> bool:
+    """Import ``modules`` with the current directory importable; print the error and return False on failure."""
+    if not modules:
+        return True
+    import os
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            print(f"tempo-rl {command}: error: --import {module}: {exc}", file=sys.stderr)
+            return False
+    return True
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every available sub-command registered."""
     parser = argparse.ArgumentParser(

@@ -14,6 +14,8 @@ import json
 import sys
 from typing import Any
 
+from tempo_rl.cli import add_import_option, import_user_modules
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``check-replay`` sub-command."""
@@ -40,15 +42,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="recorded actions replayed after each restore (default 5)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a summary")
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first (repeatable), e.g. the module of your own adapter that calls "
-        "tempo_rl.envs.register(); the current directory is importable",
-    )
+    add_import_option(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -58,18 +52,8 @@ def run(args: argparse.Namespace) -> int:
     from tempo_rl.envs import check_replay
     from tempo_rl.envs.registry import UnknownEnvError
 
-    if getattr(args, "imports", None):
-        import importlib
-        import os
-
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        for module in args.imports:
-            try:
-                importlib.import_module(module)
-            except ImportError as exc:
-                print(f"tempo-rl check-replay: error: --import {module}: {exc}", file=sys.stderr)
-                return 2
+    if not import_user_modules("check-replay", getattr(args, "imports", [])):
+        return 2
     try:
         report = check_replay(
             args.spec,

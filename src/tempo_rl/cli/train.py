@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tempo_rl.cli import add_import_option, import_user_modules
+
 __all__ = ["add_parser", "run"]
 
 
@@ -44,6 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--max-updates", type=int, default=None, help="stop after this many updates (resumable)")
     p.add_argument("--quiet", action="store_true", help="no console output")
+    add_import_option(p)
     p.set_defaults(func=run)
     return p
 
@@ -53,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from tempo_rl.training.config import ConfigError, load_config
     from tempo_rl.training.run import DEFAULT_CONFIG, train_run
 
+    if not import_user_modules("train", getattr(args, "imports", [])):
+        return 2
     console = False if args.quiet else None
     try:
         if args.resume is not None:
