@@ -200,3 +200,23 @@ def test_replay_divergence_quarantines_the_state_and_the_update_goes_on():
     assert metrics["td/reused_states"] == 0.0 and metrics["td/fresh_states"] >= 1.0  # the update went on
     assert "broken-state" not in store.ids()
     assert any(q.state.id == "broken-state" for q in store.quarantined())
+
+
+def test_branches_at_the_episode_step_limit_are_valued_zero_unless_configured():
+    """T = H: every branch ends at the episode limit. By default nothing follows (no critic query, value 0);
+    with ``tempo.bootstrap_episode_limit`` the endpoint is valued by the critic like a macro boundary."""
+    base = ("tempo.warmup_updates=0", "tempo.td_updates=1", "tempo.fresh_share=1.0")
+    limit = ("tempo.max_rounds=4", "tempo.macro_rounds=4")
+    trainer, _s, _t, trajectories, _ = _trainer(tiny_config(*base, *limit), garbage=True)
+    metrics = asyncio.run(trainer.td_update(0))
+    assert {r["end_reason"] for r in trajectories} == {"max_rounds"}
+    assert math.isnan(metrics["critic/endpoint_parse_failure_rate"])  # no endpoint was sent to the critic
+    assert metrics["actor/dropped_branches"] == 0.0
+    assert all(r["return"] == sum(r["rewards"]) for r in trajectories)  # R_n = r_n
+    assert metrics["td/new_endpoints"] == 0.0  # an exhausted episode is never a start state
+
+    cfg = tiny_config(*base, *limit, "tempo.bootstrap_episode_limit=true")
+    trainer2, *_ = _trainer(cfg, garbage=True)
+    metrics2 = asyncio.run(trainer2.td_update(0))
+    assert metrics2["critic/endpoint_parse_failure_rate"] == 1.0  # every endpoint was queried (garbage)
+    assert metrics2["actor/dropped_branches"] == 8.0

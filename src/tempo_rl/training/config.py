@@ -184,6 +184,14 @@ class TempoConfig(_Model):
         default=False,
         description="multiply actor advantages by M = max_rounds / macro_rounds (blog appendix)",
     )
+    bootstrap_episode_limit: bool = Field(
+        default=False,
+        description=(
+            "value a branch that hit the episode step limit (T, or the env's own truncation) with V_hat like a "
+            "macro-step boundary; default False: the task's step budget is spent, so nothing follows (value 0), "
+            "consistent with the Monte Carlo warm-up targets and evaluation"
+        ),
+    )
 
     @field_validator("prefix_clip")
     @classmethod

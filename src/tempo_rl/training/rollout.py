@@ -19,8 +19,9 @@ A branch ends with the first reason that applies, in this priority:
 reason             condition                                     TEMPO's return
 =================  ============================================  ==================================
 ``terminated``     the env reports a terminal MDP state          R_n = r_n (no bootstrap)
-``max_rounds``     the episode reached T env steps (or the env   R_n = r_n + V_hat (truncated)
-                   truncated it)
+``max_rounds``     the episode reached T env steps (or the env   R_n = r_n (the step budget is
+                   truncated it)                                 spent); R_n = r_n + V_hat with
+                                                                 ``tempo.bootstrap_episode_limit``
 ``macro_boundary`` the segment reached H rounds                  R_n = r_n + V_hat; endpoint stored
 ``token_budget``   the next turn would not fit the token budget  R_n = r_n (the agent cannot act on)
 ``error``          env crash / time-out                          branch dropped (counted)

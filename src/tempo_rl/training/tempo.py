@@ -385,12 +385,14 @@ class TempoTrainer(MacroStepTrainer):
 
         # endpoint values: E critic samples on every truncated endpoint
         n_s, n_b = len(starts), t.branches
-        need = [
-            (i, j)
-            for i, row in enumerate(results)
-            for j, b in enumerate(row)
-            if b.truncated and b.end_reason != "error"
-        ]
+
+        def bootstrapped(b: BranchResult) -> bool:
+            # macro boundary: V_hat; episode step limit: V_hat only if configured (else the budget is spent: 0)
+            return b.end_reason == "macro_boundary" or (
+                b.end_reason == "max_rounds" and t.bootstrap_episode_limit
+            )
+
+        need = [(i, j) for i, row in enumerate(results) for j, b in enumerate(row) if bootstrapped(b)]
         t1 = time.perf_counter()
         endpoint_estimates = await self.estimate_many(
             [
@@ -409,7 +411,7 @@ class TempoTrainer(MacroStepTrainer):
             for j, b in enumerate(row):
                 seg[i, j] = b.segment_reward
                 mask[i, j] = b.end_reason != "error"
-                terminal[i, j] = not b.truncated
+                terminal[i, j] = not bootstrapped(b)
         for (i, j), est in zip(need, endpoint_estimates):
             v = endpoint_value(est)
             if math.isnan(v):
