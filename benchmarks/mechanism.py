@@ -183,6 +183,10 @@ def make_config(
                 "warmup_games_per_batch": scale.warmup_games,
                 "td_updates": 100_000,
                 "prefix_correction": spec.get("prefix_correction", "off"),
+                # the committed results were measured when branches at the episode limit T were bootstrapped
+                # with V_hat; pinned so `--from-results` and a rerun stay comparable (the library's default is
+                # now 0 at T; see docs/results.md)
+                "bootstrap_episode_limit": True,
             },
             "grpo": {"updates": 100_000, "games_per_batch": scale.grpo_games, "group_size": scale.branches},
             "sampling": {
