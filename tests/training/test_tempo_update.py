@@ -220,3 +220,25 @@ def test_branches_at_the_episode_step_limit_are_valued_zero_unless_configured():
     metrics2 = asyncio.run(trainer2.td_update(0))
     assert metrics2["critic/endpoint_parse_failure_rate"] == 1.0  # every endpoint was queried (garbage)
     assert metrics2["actor/dropped_branches"] == 8.0
+
+
+def test_a_fresh_game_that_fails_to_start_is_dropped_and_counted():
+    """An env crash while building/resetting a fresh game drops that start only; the update goes on."""
+    import dataclasses
+
+    cfg = tiny_config("tempo.warmup_updates=0", "tempo.td_updates=1", "tempo.fresh_share=1.0")
+    trainer, _s, _t, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    make_env = trainer.c.make_env
+    calls = {"n": 0}
+
+    def flaky_make_env(spec, seed):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected: the env process died during reset")
+        return make_env(spec, seed)
+
+    trainer.c = dataclasses.replace(trainer.c, make_env=flaky_make_env)
+    metrics = asyncio.run(trainer.td_update(0))
+    assert metrics["td/fresh_states"] == 1.0  # 2 fresh games asked for, 1 started
+    assert len(trajectories) == 4  # its 4 branches were rolled out and trained on
+    assert trainer.reliability_metrics()["starts/fresh_start_failures"] == 1.0

@@ -12,7 +12,6 @@ gradient at all, while TEMPO's bootstrapped endpoint values can still separate b
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 
@@ -21,7 +20,7 @@ import numpy as np
 from tempo_rl.backends.types import Datum
 from tempo_rl.signals import degenerate_groups, group_advantages
 from tempo_rl.training.tempo import rollout_metrics
-from tempo_rl.training.trainer import MacroStepTrainer, StartState, UpdateTimer
+from tempo_rl.training.trainer import MacroStepTrainer, UpdateTimer
 
 __all__ = ["GrpoTrainer"]
 
@@ -37,9 +36,7 @@ class GrpoTrainer(MacroStepTrainer):
         timer = UpdateTimer()
         t0 = time.perf_counter()
         games = [self.next_fresh_game() for _ in range(g.games_per_batch)]
-        starts: list[StartState] = list(
-            await asyncio.gather(*(self.fresh_start(g.group_size, s) for s in games))
-        )
+        starts, _failed = await self.fresh_starts(g.group_size, games)
         timer.add("restore", time.perf_counter() - t0)
         try:
             results, rstats = await self.rollout(starts, self.rollout_settings(segment_rounds=None))

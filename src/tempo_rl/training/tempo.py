@@ -252,7 +252,7 @@ class TempoTrainer(MacroStepTrainer):
         timer = UpdateTimer()
         t0 = time.perf_counter()
         games = [self.next_fresh_game() for _ in range(t.warmup_games_per_batch)]
-        starts = list(await asyncio.gather(*(self.fresh_start(t.branches, seed) for seed in games)))
+        starts, _failed = await self.fresh_starts(t.branches, games)
         timer.add("restore", time.perf_counter() - t0)
         try:
             results, rstats = await self.rollout(starts, self.rollout_settings(segment_rounds=None))
@@ -370,7 +370,7 @@ class TempoTrainer(MacroStepTrainer):
         n_fresh, stored = self._choose_starts()
         games = [self.next_fresh_game() for _ in range(n_fresh)]
         restored = await asyncio.gather(*(self.restore_start(s, t.branches) for s in stored))
-        fresh = await asyncio.gather(*(self.fresh_start(t.branches, seed) for seed in games))
+        fresh, _failed = await self.fresh_starts(t.branches, games)
         divergences = sum(1 for r in restored if r is None)
         starts: list[StartState] = [r for r in restored if r is not None] + list(fresh)
         timer.add("restore", time.perf_counter() - t0)

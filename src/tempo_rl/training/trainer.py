@@ -167,6 +167,7 @@ class MacroStepTrainer(abc.ABC):
         self._log = log
         self._on_update_end = on_update_end
         self._write_trajectories = write_trajectories
+        self.fresh_start_failures = 0  # fresh games whose build/reset failed (dropped, counted)
 
     # ---------------------------------------------------------------------------------------------- loop
 
@@ -204,7 +205,7 @@ class MacroStepTrainer(abc.ABC):
     def reliability_metrics(self) -> dict[str, float]:
         """Failure counters since this process started: env worker calls, errors, timeouts and replaced workers
         (``workers/...``) and backend retries (``backend/...``), from components that keep them."""
-        out: dict[str, float] = {}
+        out: dict[str, float] = {"starts/fresh_start_failures": float(self.fresh_start_failures)}
         for source in (getattr(self.c.pool, "stats", None), getattr(self.c.training_client, "stats", None)):
             as_metrics = getattr(source, "as_metrics", None)
             if callable(as_metrics):
@@ -275,6 +276,28 @@ class MacroStepTrainer(abc.ABC):
             privileged_info=env.privileged_info(),
         )
         return StartState(state=state, envs=envs, fresh=True)
+
+    async def fresh_starts(
+        self, n: int, games: Sequence[tuple[EnvSpec, int]]
+    ) -> tuple[list[StartState], int]:
+        """:meth:`fresh_start` for every game concurrently; a game whose build or reset fails (env crash,
+        time-out, a reset that does not reproduce) is dropped and counted instead of stopping the update.
+
+        Returns the started games (in order) and how many failed; failures also accumulate in
+        ``fresh_start_failures``, reported by :meth:`reliability_metrics`.
+        """
+        results = await asyncio.gather(*(self.fresh_start(n, game) for game in games), return_exceptions=True)
+        starts: list[StartState] = []
+        failed = 0
+        for result in results:
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):  # KeyboardInterrupt, SystemExit, cancellation
+                    raise result
+                failed += 1
+            else:
+                starts.append(result)
+        self.fresh_start_failures += failed
+        return starts, failed
 
     async def restore_start(self, state: StoredState, n: int) -> StartState | None:
         """Restore ``n`` verified branches of a stored state; a divergence quarantines it and returns None."""
@@ -476,7 +499,7 @@ class MacroStepTrainer(abc.ABC):
         each, at ``sampling.eval_temperature``). Does not move the training data cursor."""
         env_cfg = self.config.env
         games = [env_cfg.eval_game(j) for j in range(min(episodes, env_cfg.num_eval_seeds))]
-        starts = list(await asyncio.gather(*(self.fresh_start(1, game) for game in games)))
+        starts, _failed = await self.fresh_starts(1, games)
         try:
             results, stats = await self.rollout(
                 starts,
