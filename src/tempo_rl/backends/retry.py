@@ -209,6 +209,29 @@ def _raise_final(exc: Exception, what: str, cfg: RetryConfig, attempts: int) -> 
     raise exc
 
 
+def _retry_counted(
+    what: str,
+    fn: Callable[[], T],
+    retryable: Callable[[BaseException], bool],
+    cfg: RetryConfig,
+    stats: RetryStats,
+    sleep: Callable[[float], None],
+) -> T:
+    """Call ``fn()`` up to ``cfg.max_attempts`` times with backoff while ``retryable(exc)``; count retries and
+    final failures in ``stats`` under ``what``; the final error is raised through :func:`_raise_final`."""
+    delays = backoff_delays(cfg)
+    for attempt in range(cfg.max_attempts):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == cfg.max_attempts - 1 or not retryable(exc):
+                stats.failures[what] = stats.failures.get(what, 0) + 1
+                _raise_final(exc, what, cfg, attempt + 1)
+            stats.retries[what] = stats.retries.get(what, 0) + 1
+            sleep(delays[attempt])
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 class RetryingSamplingClient:
     """A sampling client whose calls are retried with backoff (sampling is idempotent: every transient error,
     timeouts included, is retried). Other attributes are forwarded to ``inner``.
@@ -234,17 +257,7 @@ class RetryingSamplingClient:
         self._sleep = sleep
 
     def _sync(self, what: str, fn: Callable[[], T]) -> T:
-        delays = backoff_delays(self.retry)
-        for attempt in range(self.retry.max_attempts):
-            try:
-                return fn()
-            except Exception as exc:
-                if attempt == self.retry.max_attempts - 1 or not is_transient(exc):
-                    self.stats.failures[what] = self.stats.failures.get(what, 0) + 1
-                    _raise_final(exc, what, self.retry, attempt + 1)
-                self.stats.retries[what] = self.stats.retries.get(what, 0) + 1
-                self._sleep(delays[attempt])
-        raise AssertionError("unreachable")  # pragma: no cover
+        return _retry_counted(what, fn, is_transient, self.retry, self.stats, self._sleep)
 
     async def _async(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
         delays = backoff_delays(self.retry)
@@ -317,17 +330,7 @@ class RetryingTrainingClient:
         self._sleep = sleep
 
     def _call(self, what: str, fn: Callable[[], T], retryable: Callable[[BaseException], bool]) -> T:
-        delays = backoff_delays(self.retry)
-        for attempt in range(self.retry.max_attempts):
-            try:
-                return fn()
-            except Exception as exc:
-                if attempt == self.retry.max_attempts - 1 or not retryable(exc):
-                    self.stats.failures[what] = self.stats.failures.get(what, 0) + 1
-                    _raise_final(exc, what, self.retry, attempt + 1)
-                self.stats.retries[what] = self.stats.retries.get(what, 0) + 1
-                self._sleep(delays[attempt])
-        raise AssertionError("unreachable")  # pragma: no cover
+        return _retry_counted(what, fn, retryable, self.retry, self.stats, self._sleep)
 
     def wrap_sampler(self, sampler: Any) -> RetryingSamplingClient:
         """``sampler`` with this client's retry policy and stats (an already wrapped one is re-wrapped)."""
