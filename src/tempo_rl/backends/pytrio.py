@@ -16,7 +16,13 @@ from typing import Any
 
 from tempo_rl._optional import require
 from tempo_rl.backends.config import PyTrioBackendConfig
-from tempo_rl.backends.remote import RemoteSamplingClient, RemoteTrainingClient, ServiceFlavor, run_blocking
+from tempo_rl.backends.remote import (
+    RemoteSamplingClient,
+    RemoteTrainingClient,
+    ServiceFlavor,
+    create_lora_training_client,
+    run_blocking,
+)
 from tempo_rl.backends.retry import call_with_retry
 from tempo_rl.backends.types import Tokenizer
 
@@ -101,17 +107,6 @@ def create_pytrio_clients(
             what="pytrio ServiceClient()",
         )
 
-    def make() -> Any:
-        return service_client.create_lora_training_client(
-            base_model=cfg.base_model,
-            rank=cfg.lora_rank,
-            seed=cfg.seed,
-            train_mlp=cfg.train_mlp,
-            train_attn=cfg.train_attn,
-            train_unembed=cfg.train_unembed,
-        )
-
-    what = "pytrio create_lora_training_client"
-    raw = call_with_retry(lambda: run_blocking(make, retry.result_timeout_s, what), retry, what=what)
+    raw = create_lora_training_client(service_client, cfg, "pytrio")
     training = RemoteTrainingClient(raw, _flavor(trio), _tokenizer(cfg, raw), retry)
     return training, training.save_weights_and_get_sampling_client()

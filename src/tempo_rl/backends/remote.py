@@ -38,6 +38,7 @@ __all__ = [
     "RemoteSamplingClient",
     "RemoteTrainingClient",
     "ServiceFlavor",
+    "create_lora_training_client",
     "from_service_datum",
     "run_blocking",
     "to_service_datum",
@@ -74,6 +75,26 @@ def run_blocking(fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
         return fut.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError as exc:
         raise BackendTimeoutError(f"{what} did not return within {timeout_s} s") from exc
+
+
+def create_lora_training_client(service_client: Any, cfg: Any, service: str) -> Any:
+    """``service_client.create_lora_training_client(...)`` with the LoRA settings of a remote backend config
+    (``base_model``, ``lora_rank``, ``seed``, ``train_mlp/attn/unembed``), in a worker thread bounded by
+    ``cfg.retry.result_timeout_s`` and retried per ``cfg.retry``; ``service`` names it in errors."""
+    retry: RetryConfig = cfg.retry
+
+    def make() -> Any:
+        return service_client.create_lora_training_client(
+            base_model=cfg.base_model,
+            rank=cfg.lora_rank,
+            seed=cfg.seed,
+            train_mlp=cfg.train_mlp,
+            train_attn=cfg.train_attn,
+            train_unembed=cfg.train_unembed,
+        )
+
+    what = f"{service} create_lora_training_client"
+    return call_with_retry(lambda: run_blocking(make, retry.result_timeout_s, what), retry, what=what)
 
 
 def to_service_datum(datum: Datum, types: ModuleType) -> Any:

@@ -84,6 +84,21 @@ def _retryable(exc: BaseException, idempotent: bool) -> bool:
     return is_transient(exc) if idempotent else _is_connection(exc)
 
 
+def _raise_unless_retryable(
+    exc: Exception, attempt: int, cfg: RetryConfig, *, what: str, idempotent: bool
+) -> None:
+    """Return when attempt ``attempt`` (0-based) that failed with ``exc`` may be retried; otherwise raise: a
+    timeout as :class:`BackendTimeoutError` naming ``what`` and the fix, any other error as it is."""
+    if attempt < cfg.max_attempts - 1 and _retryable(exc, idempotent):
+        return
+    if _is_timeout(exc):
+        raise BackendTimeoutError(
+            f"{what} did not finish within {cfg.result_timeout_s} s after {attempt + 1} attempt(s); "
+            "raise RetryConfig.result_timeout_s or check the service status"
+        ) from exc
+    raise exc
+
+
 def call_with_retry(
     fn: Callable[[], Any],
     cfg: RetryConfig,
@@ -109,15 +124,7 @@ def call_with_retry(
                 out = out.result(timeout=cfg.result_timeout_s)
             return out
         except Exception as exc:
-            last = attempt == cfg.max_attempts - 1
-            if last or not _retryable(exc, idempotent):
-                if _is_timeout(exc):
-                    raise BackendTimeoutError(
-                        f"{what} did not finish within {cfg.result_timeout_s} s after {attempt + 1} "
-                        "attempt(s); "
-                        "raise RetryConfig.result_timeout_s or check the service status"
-                    ) from exc
-                raise
+            _raise_unless_retryable(exc, attempt, cfg, what=what, idempotent=idempotent)
             sleep(delays[attempt])
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -135,15 +142,7 @@ async def call_with_retry_async(
         try:
             return await asyncio.wait_for(fn(), timeout=cfg.result_timeout_s)
         except Exception as exc:
-            last = attempt == cfg.max_attempts - 1
-            if last or not _retryable(exc, idempotent):
-                if _is_timeout(exc):
-                    raise BackendTimeoutError(
-                        f"{what} did not finish within {cfg.result_timeout_s} s after {attempt + 1} "
-                        "attempt(s); "
-                        "raise RetryConfig.result_timeout_s or check the service status"
-                    ) from exc
-                raise
+            _raise_unless_retryable(exc, attempt, cfg, what=what, idempotent=idempotent)
             await asyncio.sleep(delays[attempt])
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -16,7 +16,13 @@ from typing import Any
 from tempo_rl._optional import require
 from tempo_rl.backends.config import TinkerBackendConfig
 from tempo_rl.backends.pytrio import MissingCredentialsError
-from tempo_rl.backends.remote import RemoteSamplingClient, RemoteTrainingClient, ServiceFlavor, run_blocking
+from tempo_rl.backends.remote import (
+    RemoteSamplingClient,
+    RemoteTrainingClient,
+    ServiceFlavor,
+    create_lora_training_client,
+    run_blocking,
+)
 from tempo_rl.backends.retry import call_with_retry
 
 __all__ = ["create_tinker_clients", "tinker_credentials_available"]
@@ -55,18 +61,7 @@ def create_tinker_clients(
             what="tinker ServiceClient()",
         )
 
-    def make() -> Any:
-        return service_client.create_lora_training_client(
-            base_model=cfg.base_model,
-            rank=cfg.lora_rank,
-            seed=cfg.seed,
-            train_mlp=cfg.train_mlp,
-            train_attn=cfg.train_attn,
-            train_unembed=cfg.train_unembed,
-        )
-
-    what = "tinker create_lora_training_client"
-    raw = call_with_retry(lambda: run_blocking(make, retry.result_timeout_s, what), retry, what=what)
+    raw = create_lora_training_client(service_client, cfg, "tinker")
     if cfg.tokenizer_path is not None:
         from tempo_rl.backends.local.tokenizer import load_tokenizer
 

@@ -38,12 +38,7 @@ class GrpoTrainer(MacroStepTrainer):
         games = [self.next_fresh_game() for _ in range(g.games_per_batch)]
         starts, _failed = await self.fresh_starts(g.group_size, games)
         timer.add("restore", time.perf_counter() - t0)
-        try:
-            results, rstats = await self.rollout(starts, self.rollout_settings(segment_rounds=None))
-        finally:
-            self.close_envs(starts)
-        timer.add("sampling", rstats.sampling_s)
-        timer.add("env", rstats.env_s)
+        results, rstats = await self.play(starts, segment_rounds=None, timer=timer)
         returns = np.array([[b.segment_reward for b in row] for row in results], dtype=np.float64)
         mask = np.array([[b.end_reason != "error" for b in row] for row in results], dtype=bool)
         returns = np.where(mask, returns, 0.0)

@@ -254,12 +254,7 @@ class TempoTrainer(MacroStepTrainer):
         games = [self.next_fresh_game() for _ in range(t.warmup_games_per_batch)]
         starts, _failed = await self.fresh_starts(t.branches, games)
         timer.add("restore", time.perf_counter() - t0)
-        try:
-            results, rstats = await self.rollout(starts, self.rollout_settings(segment_rounds=None))
-        finally:
-            self.close_envs(starts)
-        timer.add("sampling", rstats.sampling_s)
-        timer.add("env", rstats.env_s)
+        results, rstats = await self.play(starts, segment_rounds=None, timer=timer)
 
         boundary: list[tuple[StoredState, float]] = []
         stored = 0
@@ -376,12 +371,7 @@ class TempoTrainer(MacroStepTrainer):
         timer.add("restore", time.perf_counter() - t0)
         reused = sum(1 for s in starts if not s.fresh)
         self.state.states_reused_total += reused
-        try:
-            results, rstats = await self.rollout(starts, self.rollout_settings(segment_rounds=t.macro_rounds))
-        finally:
-            self.close_envs(starts)
-        timer.add("sampling", rstats.sampling_s)
-        timer.add("env", rstats.env_s)
+        results, rstats = await self.play(starts, segment_rounds=t.macro_rounds, timer=timer)
 
         # endpoint values: E critic samples on every truncated endpoint
         n_s, n_b = len(starts), t.branches

@@ -351,6 +351,19 @@ class MacroStepTrainer(abc.ABC):
             parser=self.c.parser,
         )
 
+    async def play(
+        self, starts: Sequence[StartState], *, segment_rounds: int | None, timer: UpdateTimer
+    ) -> tuple[list[list[BranchResult]], RolloutStats]:
+        """:meth:`rollout` with the configured settings, then close every env of ``starts`` (also on error);
+        adds the sampling and env seconds to ``timer``. ``segment_rounds=None`` plays full episodes."""
+        try:
+            results, rstats = await self.rollout(starts, self.rollout_settings(segment_rounds=segment_rounds))
+        finally:
+            self.close_envs(starts)
+        timer.add("sampling", rstats.sampling_s)
+        timer.add("env", rstats.env_s)
+        return results, rstats
+
     # ---------------------------------------------------------------------------------------------- critic
 
     def critic_query(
