@@ -291,3 +291,32 @@ def test_keydoor_clue_gap_fixes_the_memory_distance(gap):
         assert len(env.walkthrough() or ()) == 40 - 5
     with pytest.raises(ValueError, match="clue_gap"):
         KeyDoorEnv(horizon=40, clue_gap=7)
+
+
+@pytest.mark.parametrize(("keys", "gap"), [(1, 0), (1, 2), (2, 1)])
+def test_keydoor_lock_gap_puts_the_consequence_right_after_the_choice(keys, gap):
+    horizon = 24
+    for seed in range(10):
+        env = KeyDoorEnv(horizon=horizon, keys=keys, colours=2, clue_gap=0, lock_gap=gap)
+        env.reset(seed)
+        rooms = env.layout()
+        last_key = max(j for j, r in enumerate(rooms) if r.kind == "key")
+        first_lock = min(j for j, r in enumerate(rooms) if r.kind == "lock")
+        last_lock = max(j for j, r in enumerate(rooms) if r.kind == "lock")
+        assert first_lock - last_key == gap + 1
+        assert all(r.kind == "plain" for r in rooms[last_lock + 1 : -1]) and rooms[-1].kind == "exit"
+        assert len(env.walkthrough() or ()) == horizon - 3  # the step budget is unchanged
+        if keys == 1:  # a wrong key shows its consequence when the door is tried, long before the step limit
+            plan = list(env.walkthrough() or ())
+            wrong = "blue" if plan[1] == "take red" else "red"
+            for action in ["go on", f"take {wrong}"] + ["go on"] * (gap + 1):
+                env.step(action)
+            result = env.step("open door")
+            assert "The door stays locked." in result.observation.text
+            assert not (result.terminated or result.truncated) and not env.solvable()
+
+
+def test_keydoor_lock_gap_bad_values():
+    for bad in (-1, 99, 1.5):
+        with pytest.raises(ValueError, match="lock_gap"):
+            KeyDoorEnv(horizon=16, keys=1, colours=2, clue_gap=0, lock_gap=bad)

@@ -69,10 +69,21 @@ class KeyDoorEnv(ReplayableEnv):
         clue_gap: the number of empty rooms between each clue and its key room (0 = adjacent, so the clue is
             the previous observation); ``None`` (default) draws the gaps at random with the layout. Fixing it
             bounds how far back the actor must remember (a curriculum knob for small models).
+        lock_gap: the number of empty rooms between the last key room and the first lock; the corridor's other
+            empty rooms then lie between the last lock and the exit. ``None`` (default) puts every empty room
+            before the locks (at least one between the last key room and the first lock). A small gap makes a
+            key choice's consequence (``"The door stays locked."``) appear a few steps after the choice while
+            the reward still comes only at the far exit: the regime where a critic can credit the choice long
+            before the episode ends.
     """
 
     def __init__(
-        self, horizon: int = 40, keys: int | None = None, colours: int = 3, clue_gap: int | None = None
+        self,
+        horizon: int = 40,
+        keys: int | None = None,
+        colours: int = 3,
+        clue_gap: int | None = None,
+        lock_gap: int | None = None,
     ) -> None:
         if not isinstance(horizon, int) or not 12 <= horizon <= 200:
             raise ValueError(f"horizon must be an int in 12..200, got {horizon!r}")
@@ -97,10 +108,17 @@ class KeyDoorEnv(ReplayableEnv):
                 f"clue_gap must be None or an int in 0..{max_gap} for horizon {horizon} and {keys} keys, "
                 f"got {clue_gap!r}"
             )
+        fixed = 0 if clue_gap is None else clue_gap * keys
+        if lock_gap is not None and (not isinstance(lock_gap, int) or not 0 <= lock_gap <= plain - fixed):
+            raise ValueError(
+                f"lock_gap must be None or an int in 0..{plain - fixed} for horizon {horizon}, {keys} keys and "
+                f"clue_gap {clue_gap}, got {lock_gap!r}"
+            )
         self.horizon = horizon
         self.keys = keys
         self.colours = colours
         self.clue_gap = clue_gap
+        self.lock_gap = lock_gap
         self._plain = plain
         self._seed: int | None = None
         self._rooms: tuple[Room, ...] = ()
@@ -119,12 +137,21 @@ class KeyDoorEnv(ReplayableEnv):
         )
         palette = list(COLOURS[: self.colours])
         needed = [rng.choice(palette) for _ in range(self.keys)]
-        # gap slots: after each clue (before its key), after each key, before each lock; >= 1 before the locks
-        slots = 3 * self.keys  # gap i*2: clue i -> key i; i*2+1: after key i; 2*keys+i: before lock i
+        # gap slots: after each clue (before its key), after each key, before each lock, before the exit
+        # gap i*2: clue i -> key i; i*2+1: after key i; 2*keys+i: before lock i; 3*keys: last lock -> exit
+        slots = 3 * self.keys + 1
         gaps = [0] * slots
-        gaps[2 * self.keys] = 1  # at least one plain room between the last key room and the first lock
-        free = [slot for slot in range(slots) if self.clue_gap is None or slot >= 2 * self.keys or slot % 2]
-        remaining = self._plain - 1
+        free = [
+            slot for slot in range(slots - 1) if self.clue_gap is None or slot >= 2 * self.keys or slot % 2
+        ]
+        if self.lock_gap is None:
+            gaps[2 * self.keys] = 1  # at least one plain room between the last key room and the first lock
+            remaining = self._plain - 1
+        else:  # last key -> first lock fixed; the saved rooms go before the exit
+            gaps[2 * self.keys] = self.lock_gap
+            fixed_slots = {2 * self.keys - 1, 2 * self.keys}
+            free = [slot for slot in free if slot not in fixed_slots] + [3 * self.keys]
+            remaining = self._plain - self.lock_gap
         if self.clue_gap is not None:
             for i in range(self.keys):
                 gaps[2 * i] = self.clue_gap
@@ -142,6 +169,7 @@ class KeyDoorEnv(ReplayableEnv):
         for i in range(self.keys):
             rooms.extend(Room("plain") for _ in range(gaps[2 * self.keys + i]))
             rooms.append(Room("lock", i, needed[i]))
+        rooms.extend(Room("plain") for _ in range(gaps[3 * self.keys]))
         rooms.append(Room("exit"))
         return tuple(rooms)
 
