@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -85,6 +86,16 @@ def test_k_samples_in_one_request_parsed_strictly() -> None:
     assert est.samples[0].sequence.logprobs == (-0.1, -0.2)
     assert endpoint_value(est) == pytest.approx((0.2 + 1.0 + 0.6) / 3)
     assert status_counts(est)[ValueStatus.CLIPPED] == 1
+
+
+def test_a_seed_seeds_the_request_and_nothing_else() -> None:
+    sampler = ScriptedSampler(["<value>0.5</value>"] * 2)
+    critic = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=10_000)
+    asyncio.run(critic.estimate(make_query(), 2, sampler, seed=1234))
+    sent = sampler.calls[0][2]
+    assert sent.seed == 1234 and PARAMS.seed != 1234
+    assert dataclasses.replace(sent, seed=PARAMS.seed) == PARAMS  # temperature, budget and stops untouched
+    assert critic.sampling_params is PARAMS  # the critic's own settings are not mutated
 
 
 def test_r_max_is_configurable_and_in_the_prompt() -> None:

@@ -171,5 +171,11 @@ class Critic(abc.ABC):
     """
 
     @abc.abstractmethod
-    async def estimate(self, query: CriticQuery, k: int, sampler: SamplingClient) -> CriticEstimates:
-        """Return K value estimates of the state described by ``query``, sampled with ``sampler``."""
+    async def estimate(
+        self, query: CriticQuery, k: int, sampler: SamplingClient, *, seed: int | None = None
+    ) -> CriticEstimates:
+        """Return K value estimates of the state described by ``query``, sampled with ``sampler``.
+
+        ``seed`` (when not None) seeds the sampling request, so that the trainer, which draws it from its own
+        checkpointed random state, reproduces the same K samples after a resume.
+        """

@@ -11,6 +11,7 @@ does not fit, nothing is sampled: all K values are NaN. An over-long prompt is n
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -120,8 +121,11 @@ class GenerativeCritic(Critic):
                 lo = mid + 1
         return best, hi
 
-    async def estimate(self, query: CriticQuery, k: int, sampler: SamplingClient) -> CriticEstimates:
-        """Sample K answers in one request and parse each; see the module docstring for the budget rule."""
+    async def estimate(
+        self, query: CriticQuery, k: int, sampler: SamplingClient, *, seed: int | None = None
+    ) -> CriticEstimates:
+        """Sample K answers in one request (seeded with ``seed`` when given, else with ``sampling_params.seed``)
+        and parse each; see the module docstring for the budget rule."""
         if k < 1:
             raise ValueError(f"k (the number of critic samples) must be >= 1, got {k}")
         prompt, omitted = self.prompt_tokens(query)
@@ -129,7 +133,10 @@ class GenerativeCritic(Critic):
             return CriticEstimates(
                 values=np.full(k, np.nan), samples=(), prompt_too_long=True, omitted_turns=omitted
             )
-        result = await sampler.sample_async(list(prompt), k, self.sampling_params)
+        params = (
+            self.sampling_params if seed is None else dataclasses.replace(self.sampling_params, seed=seed)
+        )
+        result = await sampler.sample_async(list(prompt), k, params)
         if len(result.sequences) != k:
             raise RuntimeError(f"the sampler returned {len(result.sequences)} sequences for num_samples={k}")
         samples = []

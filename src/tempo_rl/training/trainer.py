@@ -382,8 +382,14 @@ class MacroStepTrainer(abc.ABC):
         )
 
     async def estimate_many(self, queries: Sequence[CriticQuery], k: int) -> list[CriticEstimates]:
-        """K critic estimates of every query, concurrently."""
-        return list(await asyncio.gather(*(self.c.critic.estimate(q, k, self.c.sampler) for q in queries)))
+        """K critic estimates of every query, concurrently; each request is seeded from the trainer RNG (drawn
+        in query order before any sampling starts), so a resumed run reproduces the critic samples too."""
+        seeds = [int(self.rng.integers(0, 2**31 - 1)) for _ in queries]
+        return list(
+            await asyncio.gather(
+                *(self.c.critic.estimate(q, k, self.c.sampler, seed=s) for q, s in zip(queries, seeds))
+            )
+        )
 
     # ---------------------------------------------------------------------------------------------- datums
 
