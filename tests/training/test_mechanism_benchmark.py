@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "mechanism.py"
+from benchmark_runs import run_benchmark
 
 
 @pytest.mark.slow
@@ -18,16 +14,7 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path):
     pytest.importorskip("torch", reason="the benchmark trains on the local backend (torch)")
     pytest.importorskip("matplotlib", reason="the benchmark plots with matplotlib")
     out = tmp_path / "mechanism"
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARK), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=True,
-    )
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1
-    line = json.loads(lines[0])
+    line = run_benchmark("mechanism.py", "--quick", "--out", str(out), timeout=400)
     assert line["benchmark"] == "mechanism" and line["seeds"] == 1
     for arm in ("grpo", "tempo", "tempo_pc"):
         assert 0.0 <= line[f"keydoor/{arm}/success_final"] <= 1.0

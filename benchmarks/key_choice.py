@@ -1,0 +1,196 @@
+"""Benchmark: how much training the main job's tiny model needs to learn KeyDoor's key choice, in isolation.
+
+The offline main job's eval failures are all wrong key choices (see ``docs/results.md``). This benchmark asks
+whether the local model *can* learn that one decision, and from how many examples, with no env loop and no
+critic around it. Each example is a real actor context up to the decisive token: the chat the actor reads when
+it has written ``...<parameter=action>take`` in the key room (rendered by the trainer's own renderer and
+tokenizer), and the target is the colour token the sign showed. Held-out games measure greedy accuracy.
+
+Arms (the same fresh model for each, the main job's width/depth/heads and tokenizer):
+
+* ``sft``: cross-entropy on the colour token, batch 16, Adam lr 3e-3 (the warm start's rate).
+* ``rl_<lr>``: first 60 supervised steps on *random* colours (the model then names a colour but ignores the
+  sign: greedy accuracy 0.5), then REINFORCE on the sampled colour token: 4 games x 4 samples per step,
+  reward 1 for the right colour, advantage = reward - group mean (the actor signal of GRPO and of a TEMPO
+  macro-step whose endpoint value is exact).
+
+Prints ONE JSON line: per arm, the first step whose held-out greedy accuracy reaches 0.9 (``null`` if none)
+and the final accuracy, plus the examples (labelled or sampled) seen by then. ``--layout main`` uses the main
+job's env (the sign a random number of rooms before the key room); ``--layout adjacent`` puts the sign in the
+room before the key room (``clue_gap = 0``, ``lock_gap = 0``). ``--quick``: fewer games and steps (a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tempo_rl.training.run import DEFAULT_CONFIG
+
+LAYOUTS: dict[str, dict[str, Any]] = {
+    "main": {"horizon": 16, "keys": 1, "colours": 2},
+    "adjacent": {"horizon": 16, "keys": 1, "colours": 2, "clue_gap": 0, "lock_gap": 0},
+}
+
+Example = tuple[list[int], int]  # (context token ids, the right colour's token id)
+
+
+def examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any) -> list[Example]:
+    """The actor's context at the key choice, up to and including ``take``, and the right colour token."""
+    from tempo_rl.envs.keydoor import KeyDoorEnv
+    from tempo_rl.rollout.renderer import ChatRenderer
+    from tempo_rl.rollout.tool_call import format_tool_call
+    from tempo_rl.training.rollout import OBSERVATION_ROLE, build_actor_messages, format_observation
+
+    chat = ChatRenderer(tokenizer)
+    out: list[Example] = []
+    for seed in seeds:
+        env = KeyDoorEnv(**kwargs)
+        obs = env.reset(seed)
+        state = chat.start(build_actor_messages(obs, tool_name="env_step", remaining_steps=None))
+        tokens = list(state.tokens)
+        for action in env.walkthrough() or ():
+            call = list(tokenizer.encode(format_tool_call(action, "env_step"), add_special_tokens=False))
+            if action.startswith("take "):
+                colour = tokenizer.encode(" " + action.split()[1], add_special_tokens=False)
+                cut = call.index(colour[0])
+                out.append((tokens + call[:cut], colour[0]))
+                break
+            result = env.step(action)
+            text = format_observation(result.observation, remaining_steps=None)
+            ext = chat.extend(
+                state, [*call, tokenizer.eos_token_id], [{"role": OBSERVATION_ROLE, "content": text}]
+            )
+            tokens += list(ext.appended)
+            state = ext.state
+    return out
+
+
+def run_arm(
+    arm: str, train: list[Example], test: list[Example], backend: Any, vocab: int, steps: int
+) -> dict[str, Any]:
+    """Train a fresh model with one arm; return the first step reaching 0.9 held-out accuracy and the final one."""
+    import torch
+
+    from tempo_rl.backends.local.model import build_tiny_model
+
+    model = build_tiny_model(
+        vocab,
+        hidden_size=backend.hidden_size,
+        num_layers=backend.num_layers,
+        num_heads=backend.num_heads,
+        max_positions=4096,
+    )
+    colours = sorted({target for _, target in train})
+    rng = random.Random(0)
+
+    def last_logits(batch: Sequence[Example]) -> torch.Tensor:
+        width = max(len(ctx) for ctx, _ in batch)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        mask = torch.zeros(len(batch), width, dtype=torch.long)
+        for j, (ctx, _) in enumerate(batch):  # left padding, positions count real tokens only
+            ids[j, width - len(ctx) :] = torch.tensor(ctx)
+            mask[j, width - len(ctx) :] = 1
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+
+    def accuracy() -> float:
+        with torch.no_grad():
+            predicted = last_logits(test).argmax(-1).tolist()
+        return sum(p == t for p, (_, t) in zip(predicted, test)) / len(test)
+
+    def adam(lr: float) -> torch.optim.Optimizer:
+        return torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-12)
+
+    def step(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    if arm != "sft":  # name a colour, but a random one
+        opt = adam(3e-3)
+        for _ in range(60):
+            batch = rng.sample(train, 16)
+            step(
+                opt,
+                torch.nn.functional.cross_entropy(
+                    last_logits(batch), torch.tensor([rng.choice(colours) for _ in batch])
+                ),
+            )
+    start_accuracy = accuracy()
+    lr = 3e-3 if arm == "sft" else float(arm.split("_", 1)[1])
+    opt = adam(lr)
+    reached: int | None = None
+    per_step = 16
+    for n in range(1, steps + 1):
+        if arm == "sft":
+            batch = rng.sample(train, per_step)
+            loss = torch.nn.functional.cross_entropy(last_logits(batch), torch.tensor([t for _, t in batch]))
+        else:
+            games = rng.sample(train, 4)
+            batch = [g for g in games for _ in range(4)]
+            logp = torch.log_softmax(last_logits(batch), -1)
+            with torch.no_grad():
+                sampled = torch.multinomial(logp.exp(), 1).squeeze(1)
+                reward = torch.tensor([float(int(a) == t) for a, (_, t) in zip(sampled, batch)]).view(4, 4)
+                advantage = (reward - reward.mean(1, keepdim=True)).view(-1)
+            loss = -(advantage * logp[torch.arange(len(batch)), sampled]).sum()
+        step(opt, loss)
+        if n % 10 == 0 and reached is None and accuracy() >= 0.9:
+            reached = n
+    return {
+        "lr": lr,
+        "start_accuracy": round(start_accuracy, 3),
+        "final_accuracy": round(accuracy(), 3),
+        "steps_to_0.9": reached,
+        "examples_to_0.9": None if reached is None else reached * per_step,
+        "steps": steps,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="adjacent")
+    parser.add_argument("--steps", type=int, default=200, help="training steps per arm")
+    parser.add_argument("--arms", default="sft,rl_2e-4,rl_1e-3")
+    parser.add_argument("--quick", action="store_true", help="100 games, 10 steps per arm (a smoke run)")
+    args = parser.parse_args(argv)
+    import torch
+
+    from tempo_rl.backends import parse_backend_config
+    from tempo_rl.backends.local.tokenizer import build_tokenizer
+    from tempo_rl.training.config import load_config
+    from tempo_rl.training.run import env_corpus
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    kwargs = LAYOUTS[args.layout]
+    cfg = load_config(DEFAULT_CONFIG, [f"env.kwargs.{k}={v}" for k, v in kwargs.items()])
+    backend = parse_backend_config(dict(cfg.backend))
+    tokenizer = build_tokenizer(env_corpus(cfg), vocab_size=backend.vocab_size)
+    n_train, steps = (100, 10) if args.quick else (2000, args.steps)
+    train = examples(kwargs, range(n_train), tokenizer)
+    test = examples(kwargs, range(10**6, 10**6 + (50 if args.quick else 200)), tokenizer)
+    t0 = time.perf_counter()
+    arms = {arm: run_arm(arm, train, test, backend, len(tokenizer), steps) for arm in args.arms.split(",")}
+    figures = {
+        "benchmark": "key_choice",
+        "quick": args.quick,
+        "layout": args.layout,
+        "train_games": n_train,
+        "context_tokens_mean": round(sum(len(c) for c, _ in train) / len(train), 1),
+        "arms": arms,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
