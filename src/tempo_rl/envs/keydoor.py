@@ -70,7 +70,8 @@ class KeyDoorEnv(ReplayableEnv):
             the previous observation); ``None`` (default) draws the gaps at random with the layout. Fixing it
             bounds how far back the actor must remember (a curriculum knob for small models).
         lock_gap: the number of empty rooms between the last key room and the first lock; the corridor's other
-            empty rooms then lie between the last lock and the exit. ``None`` (default) puts every empty room
+            empty rooms are then drawn over the remaining gaps plus one between the last lock and the exit
+            (with one key and ``clue_gap=0``, all of them lie there). ``None`` (default) puts every empty room
             before the locks (at least one between the last key room and the first lock). A small gap makes a
             key choice's consequence (``"The door stays locked."``) appear a few steps after the choice while
             the reward still comes only at the far exit: the regime where a critic can credit the choice long
