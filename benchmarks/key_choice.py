@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 import time
@@ -69,6 +70,19 @@ def examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any) -> li
             tokens += list(ext.appended)
             state = ext.state
     return out
+
+
+def arm_learning_rate(arm: str) -> float:
+    """``"sft"`` -> 3e-3; ``"rl_<lr>"`` -> ``lr`` (a positive float). Raises ValueError naming the fix."""
+    if arm == "sft":
+        return 3e-3
+    try:
+        lr = float(arm.removeprefix("rl_")) if arm.startswith("rl_") else math.nan
+    except ValueError:
+        lr = math.nan
+    if not lr > 0:
+        raise ValueError(f"unknown arm {arm!r}: use 'sft' or 'rl_<learning rate>', e.g. rl_1e-3")
+    return lr
 
 
 def run_arm(
@@ -124,7 +138,7 @@ def run_arm(
                 ),
             )
     start_accuracy = accuracy()
-    lr = 3e-3 if arm == "sft" else float(arm.split("_", 1)[1])
+    lr = arm_learning_rate(arm)
     opt = adam(lr)
     reached: int | None = None
     per_step = 16
@@ -161,6 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--arms", default="sft,rl_2e-4,rl_1e-3")
     parser.add_argument("--quick", action="store_true", help="100 games, 10 steps per arm (a smoke run)")
     args = parser.parse_args(argv)
+    try:
+        for arm in args.arms.split(","):
+            arm_learning_rate(arm)
+    except ValueError as exc:
+        parser.error(f"--arms: {exc}")
     import torch
 
     from tempo_rl.backends import parse_backend_config
