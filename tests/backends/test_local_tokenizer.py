@@ -20,6 +20,31 @@ def test_special_tokens_and_ids(tokenizer: Any) -> None:
         assert len(tokenizer.encode(t, add_special_tokens=False)) == 1
 
 
+def test_tool_call_and_value_tags_are_whole_tokens(tokenizer: Any) -> None:
+    from tempo_rl.rollout.tool_call import format_tool_call
+
+    call = format_tool_call("take red")
+    ids = tokenizer.encode(call, add_special_tokens=False)
+    pieces = [tokenizer.decode([i]) for i in ids]
+    tags = [
+        "<tool_call>",
+        "<function=env_step>",
+        "<parameter=action>",
+        "</parameter>",
+        "</function>",
+        "</tool_call>",
+    ]
+    assert [p for p in pieces if p.startswith("<")] == tags  # no tag is split into shared subwords
+    assert tokenizer.decode(ids) == call
+    answer = "<value>0.4</value>"
+    ids = tokenizer.encode(answer, add_special_tokens=False)
+    assert tokenizer.decode(ids[:1]) == "<value>" and tokenizer.decode(ids[-1:]) == "</value>"
+    assert tokenizer.decode(ids) == answer
+    # near-misses are not tags: they encode byte-exactly as ordinary text
+    for text in ("<function=env_stepx>", "</parameter=action>", "<value >1</value"):
+        assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
+
+
 def test_chat_template_renders_chatml(tokenizer: Any) -> None:
     text = tokenizer.apply_chat_template(
         [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}],

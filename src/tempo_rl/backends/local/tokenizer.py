@@ -8,8 +8,9 @@ ChatML-like special tokens and a Jinja ``chat_template``, saved to / loaded from
 usual ``save_pretrained`` / :func:`load_tokenizer`.
 
 Special tokens (ids 0..2, in this order): ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>`` (eos: the
-end of every turn and the default stop token). ``<think>``, ``</think>``, ``<tool_call>``, ``</tool_call>``
-are added as whole (non-special) tokens so that they survive ``skip_special_tokens`` and cost one token each.
+end of every turn and the default stop token). ``<think>``, ``</think>``, ``<tool_call>``, ``</tool_call>``,
+the XML tags of the default tool call and the critic's ``<value>``/``</value>`` (:data:`STRUCTURE_TOKENS`) are
+added as whole (non-special) tokens so that they survive ``skip_special_tokens`` and cost one token each.
 """
 
 from __future__ import annotations
@@ -36,8 +37,24 @@ __all__ = [
 PAD_TOKEN = "<|endoftext|>"
 IM_START_TOKEN = "<|im_start|>"
 EOS_TOKEN = "<|im_end|>"
-#: whole tokens that tool calls and reasoning use; not special (they stay in decoded text)
-STRUCTURE_TOKENS: tuple[str, ...] = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+#: whole tokens that tool calls, reasoning and critic answers use; not special (they stay in decoded text). The
+#: XML tags are those of :func:`tempo_rl.rollout.tool_call.format_tool_call`'s default tool (``env_step``,
+#: argument ``action``), and ``<value>``/``</value>`` the critic's answer tags: as whole tokens a call is 7
+#: tokens plus the action's, and no subword (``function``, ``parameter``, ``value``) is shared between an
+#: opening and a closing tag, where a small model would have to tell them apart by the token before (measured:
+#: RL updates on one tag then leaked into the other and broke the tiny model's tool calls).
+STRUCTURE_TOKENS: tuple[str, ...] = (
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<function=env_step>",
+    "<parameter=action>",
+    "</parameter>",
+    "</function>",
+    "<value>",
+    "</value>",
+)
 
 #: ChatML: ``<|im_start|>{role}\n{content}<|im_end|>\n`` per message, then ``<|im_start|>assistant\n`` when a
 #: generation prompt is requested. Purely local: a turn renders the same whatever precedes it.
@@ -79,7 +96,7 @@ def build_tokenizer(
         corpus: texts the tokenizer should encode compactly (a fixed built-in corpus of tool-call and prompt
             phrases is always appended).
         vocab_size: target vocabulary size including the 256 byte symbols and the special/structure tokens;
-            must be >= 264. The trained vocabulary may come out smaller when the corpus is small.
+            must be >= 270. The trained vocabulary may come out smaller when the corpus is small.
         min_frequency: a pair must occur this many times to be merged.
         chat_template: the Jinja chat template stored on the tokenizer (ChatML by default).
 
@@ -87,8 +104,12 @@ def build_tokenizer(
         A ``PreTrainedTokenizerFast`` with ``eos_token = "<|im_end|>"``, ``pad_token = "<|endoftext|>"`` and
         ``chat_template`` set. ``len(tokenizer)`` is the model's vocabulary size.
     """
-    if vocab_size < 256 + 3 + len(STRUCTURE_TOKENS) + 1:
-        raise ValueError(f"vocab_size={vocab_size} is too small: use at least 264 (256 bytes + specials)")
+    smallest = 256 + 3 + len(STRUCTURE_TOKENS) + 1
+    if vocab_size < smallest:
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small: use at least {smallest} (256 bytes + special and structure "
+            "tokens + 1)"
+        )
     if min_frequency < 1:
         raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
     tk = require("tokenizers", "local")
