@@ -79,6 +79,46 @@ def test_td_update_signals_datums_and_store():
         assert state.prefix_logprob_sum < 0  # the sampled actions' logprobs (-0.25 per token) are summed
 
 
+def test_substeps_split_the_batch_into_minibatch_optimiser_steps():
+    cfg = tiny_config(
+        "tempo.warmup_updates=0",
+        "tempo.td_updates=1",
+        "tempo.fresh_share=1.0",
+        "optim.substeps=3",
+        "optim.chunk_datums=2",
+    )
+    trainer, _sampler, training, _trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    metrics = asyncio.run(trainer.td_update(0))
+    batch = int(metrics["train/batch_size"])
+    assert batch >= 3  # the oracle critic's K samples differ from the start states' targets
+    assert metrics["train/optim_steps"] == 3.0
+    names = [c[0] for c in training.calls if c[0] in ("forward_backward", "optim_step")]
+    # 3 minibatches of round-robin datums (sizes differ by at most 1), each chunked by 2 then one optim_step
+    sizes = [len(range(s, batch, 3)) for s in range(3)]
+    expected: list[str] = []
+    for size in sizes:
+        expected += ["forward_backward"] * -(-size // 2) + ["optim_step"]
+    assert names == expected
+    sent = [d for name, payload in training.calls if name == "forward_backward" for d in payload]
+    assert len(sent) == batch and len({id(d) for d in sent}) == batch  # every datum exactly once
+    roles = [
+        d.tags.get("role") for name, payload in training.calls if name == "forward_backward" for d in payload
+    ]
+    assert roles.count("actor") == metrics["train/actor_datums"]
+    assert trainer.state.policy_version == 1  # one new sampler per update, however many steps
+
+
+def test_substeps_never_exceed_the_datums():
+    cfg = tiny_config(
+        "tempo.warmup_updates=0", "tempo.td_updates=1", "tempo.fresh_share=1.0", "optim.substeps=1000"
+    )
+    trainer, _sampler, training, _trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    metrics = asyncio.run(trainer.td_update(0))
+    steps = [c for c in training.calls if c[0] == "optim_step"]
+    assert len(steps) == metrics["train/optim_steps"] == metrics["train/batch_size"] > 0
+    assert all(len(payload) == 1 for name, payload in training.calls if name == "forward_backward")
+
+
 def test_td_update_from_stored_state_has_hand_computed_advantages():
     # first update stores endpoints at the key room; the second restores them and branches on the key choice
     cfg = tiny_config(

@@ -226,6 +226,15 @@ class OptimConfig(_Model):
         default=128, ge=1, description="the backend's batch limit: states x (N + K) must not exceed it"
     )
     chunk_datums: int = Field(default=128, ge=1, description="datums per forward_backward call")
+    substeps: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "optimiser steps per update: the update's datums are split into this many interleaved minibatches, "
+            "each its own forward_backward + optim_step (tinker-cookbook's num_substeps); the sampler, and so "
+            "the policy version, still changes once per update"
+        ),
+    )
 
 
 class StoreConfig(_Model):

@@ -12,7 +12,7 @@ Subclasses implement :meth:`MacroStepTrainer.update` with the overridable steps 
 restores (:meth:`fresh_starts`, :meth:`restore_starts`), rollouts (:meth:`rollout`), critic estimates
 (:meth:`estimate_many`), Datum assembly (:meth:`actor_datums`, :meth:`critic_datums`) and the optimiser step
 (:meth:`train_step`: every Datum of the update through chunked ``forward_backward`` calls, then ONE
-``optim_step``, then a fresh sampling client = the next policy version).
+``optim_step`` (or ``optim.substeps`` minibatch steps), then a fresh sampling client = the next policy version).
 """
 
 from __future__ import annotations
@@ -467,10 +467,18 @@ class MacroStepTrainer(abc.ABC):
         return None
 
     def train_step(self, datums: Sequence[Datum], timer: UpdateTimer | None = None) -> dict[str, float]:
-        """All Datums through chunked ``forward_backward`` calls, then ONE ``optim_step``, then a new sampler.
+        """The update's Datums through ``forward_backward`` and ``optim_step``, then a new sampler.
+
+        With ``optim.substeps = S`` (default 1) the Datums are dealt round-robin into ``min(S, len(datums))``
+        minibatches (so actor and critic Datums mix in each), and every minibatch is its own chunked
+        ``forward_backward`` calls followed by one ``optim_step``: S optimiser steps on one batch of samples.
+        Minibatch ``s > 0`` is scored by weights that moved ``s`` steps since sampling; the losses' importance
+        ratio ``exp(lp - lp_sampler)`` corrects for it (``optim.loss_fn = "ppo"`` also clips it). The sampler is
+        refreshed once, after the last step, so the policy version advances by one per update.
 
         With no Datum (every group degenerate) no step is taken and the policy version does not change.
-        Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage), loss.
+        Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage), the summed
+        loss over all minibatches and ``train/optim_steps``.
         """
         t0 = time.perf_counter()
         metrics: dict[str, float] = {
@@ -489,19 +497,22 @@ class MacroStepTrainer(abc.ABC):
         }
         if datums:
             chunk = self.config.optim.chunk_datums
+            steps = min(self.config.optim.substeps, len(datums))
             loss = 0.0
-            for i in range(0, len(datums), chunk):
-                out = self.c.training_client.forward_backward(
-                    list(datums[i : i + chunk]), self.config.optim.loss_fn, self.loss_config()
-                )
-                loss += float(out.loss)
-            self.c.training_client.optim_step(self.adam_params())
+            for s in range(steps):
+                minibatch = list(datums[s::steps])
+                for i in range(0, len(minibatch), chunk):
+                    out = self.c.training_client.forward_backward(
+                        minibatch[i : i + chunk], self.config.optim.loss_fn, self.loss_config()
+                    )
+                    loss += float(out.loss)
+                self.c.training_client.optim_step(self.adam_params())
             self.state.policy_version += 1
             self.c.sampler = self.c.training_client.save_weights_and_get_sampling_client(
                 f"policy-{self.state.policy_version:06d}"
             )
             metrics["train/loss"] = loss
-            metrics["train/optim_steps"] = 1.0
+            metrics["train/optim_steps"] = float(steps)
         if timer is not None:
             timer.add("training", time.perf_counter() - t0)
         return metrics
