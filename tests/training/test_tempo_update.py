@@ -178,10 +178,19 @@ def test_warmup_update_uses_monte_carlo_targets_and_fills_the_store():
     for rec in trajectories:
         assert rec["end_reason"] in ("terminated", "max_rounds")
         assert rec["return"] == (1.0 if rec["won"] else 0.0)
-    assert metrics["warmup/boundary_states"] == 16  # 2 per episode
+    # per episode at most 2 of the states at rounds 4, 8, 12 before its end, each against that episode's
+    # return (reward only at the exit: 1 if it won); per game its start state once, against the mean return
+    # of its 4 branches
+    targets: list[float] = []
+    for game in range(2):
+        group = trajectories[game * 4 : (game + 1) * 4]
+        for rec in group:
+            targets += [rec["return"]] * min(2, len(range(4, len(rec["actions"]), 4)))
+        targets.append(float(np.mean([rec["return"] for rec in group])))
+    assert metrics["warmup/boundary_states"] == len(targets)
+    assert metrics["target/mc_return_mean"] == pytest.approx(np.mean(targets))
     assert metrics["warmup/stored_states"] >= 1  # warm-up states also go into the store
     assert metrics["warmup/success_rate"] == pytest.approx(np.mean([r["won"] for r in trajectories]))
-    assert 0.0 <= metrics["target/mc_return_mean"] <= 1.0
     # critic-only update
     assert _datums(training, "actor") == []
 

@@ -156,7 +156,10 @@ class TempoConfig(_Model):
     warmup_states_per_episode: int | None = Field(
         default=2,
         ge=1,
-        description="boundary states kept per warm-up episode (None = all); equal weight per episode",
+        description=(
+            "boundary states (rounds H, 2H, ...) kept per warm-up episode (None = all); equal weight per episode; "
+            "each game's start state is added once, against the mean of its branches' returns"
+        ),
     )
     td_updates: int = Field(default=40, ge=0)
     r_max: float = Field(default=1.0, gt=0.0)

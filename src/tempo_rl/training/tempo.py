@@ -3,10 +3,13 @@
 **Warm-up update** (``tempo.warmup_updates`` of them, critic only):
 
 * ``warmup_games_per_batch`` fresh games x N branches play full episodes (up to T rounds);
-* boundary states every H rounds (round 0, H, 2H, ... strictly before the episode's end) get the Monte Carlo
-  target ``G_t = sum_{u >= t} r_u`` (:func:`tempo_rl.signals.monte_carlo_returns`); each episode contributes at
-  most ``warmup_states_per_episode`` of them, drawn uniformly, so that long failed episodes do not out-weigh
-  short successful ones (the reference's bias);
+* boundary states every H rounds (H, 2H, ... strictly before the episode's end) get the Monte Carlo target
+  ``G_t = sum_{u >= t} r_u`` (:func:`tempo_rl.signals.monte_carlo_returns`); each episode contributes at most
+  ``warmup_states_per_episode`` of them, drawn uniformly, so that long failed episodes do not out-weigh short
+  successful ones (the reference's bias);
+* each game's start state (round 0, the same state for its N branches) is one more boundary state, with the
+  mean of its branches' returns ``G_0 = mean_n sum_u r_u^(n)`` as target: one Monte Carlo estimate of
+  ``V(s_0)`` over N episodes instead of N copies of the state against single 0/1 outcomes;
 * K critic samples on each boundary state, rewards ``-|V_k - G_t| / R_max`` (or Brier), centred over K;
   critic Datums only; one optimiser step;
 * every non-terminal boundary state (round > 0) also goes into the StateStore (the reference discarded them).
@@ -262,14 +265,16 @@ class TempoTrainer(MacroStepTrainer):
         steps: list[float] = []
         trajectories = []
         for start, row in zip(starts, results):
+            start_returns: list[float] = []
             for branch in row:
                 if branch.end_reason == "error":
                     continue
                 episodes_won.append(float(branch.won))
                 steps.append(float(branch.rounds))
                 returns = monte_carlo_returns(np.asarray(branch.rewards, dtype=np.float64))
-                candidates = list(range(0, branch.rounds, t.macro_rounds))
-                for r in candidates[1:]:  # every non-terminal boundary state goes into the store
+                start_returns.append(float(returns[0]) if branch.rounds else 0.0)
+                candidates = list(range(t.macro_rounds, branch.rounds, t.macro_rounds))
+                for r in candidates:  # every non-terminal boundary state goes into the store
                     state = self._state_at(start.state, branch, r)
                     if state is not None and self.c.store.add(state):
                         stored += 1
@@ -280,20 +285,18 @@ class TempoTrainer(MacroStepTrainer):
                     else sorted(self.rng.choice(candidates, size=m, replace=False).tolist())
                 )
                 for r in chosen:
-                    if r == 0:
-                        state = start.state
-                    else:
-                        maybe = self._state_at(start.state, branch, r)
-                        if maybe is None:
-                            continue
-                        state = maybe
+                    maybe = self._state_at(start.state, branch, r)
+                    if maybe is None:
+                        continue
                     history = branch.history[: len(start.state.history) + r]
-                    boundary.append((self._with_history(state, history), float(returns[r])))
+                    boundary.append((self._with_history(maybe, history), float(returns[r])))
                 trajectories.append(
                     self._trajectory_record(
                         index, "warmup", start, branch, float(returns[0]) if branch.rounds else 0.0
                     )
                 )
+            if start_returns:  # the start state once, against the mean of its branches' returns
+                boundary.append((start.state, float(np.mean(start_returns))))
         t1 = time.perf_counter()
         queries = [self.critic_query(s, s.history, s.snapshot.round_index) for s, _ in boundary]
         estimates = await self.estimate_many(queries, t.critic_samples)
