@@ -8,6 +8,7 @@ The policy's *answers* are scripted (see ``reliability_helpers``) so that every 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,11 @@ def test_chaos_run_with_5_percent_faults_of_every_kind(tmp_path: Path) -> None:
         tempo={"warmup_updates": 2, "td_updates": 18, "prefix_correction": "clipped"},  # compute_logprobs too
         workers={"step_timeout_s": 0.3},
     )
-    plan = FaultPlan(FaultRates.uniform(0.05), seed=0, hang_s=0.6)
+    # 5% of every kind, except replay divergences at 15%: the run restores only about 50 stored states, so at 5%
+    # about one seed in 16 would meet none (0.95 ** 54) and the coverage check below would depend on luck
+    plan = FaultPlan(
+        dataclasses.replace(FaultRates.uniform(0.05), replay_divergence=0.15), seed=0, hang_s=0.6
+    )
     run_dir = tmp_path / "run"
     with faulty_build_trainer(plan, retry=FAST_RETRY, before=use_scripted_policy) as built:
         summary = train_run(run_dir, config, console=False)
