@@ -8,16 +8,25 @@ tokenizer), and the target is the colour token the sign showed. Held-out games m
 
 Arms (the same fresh model for each, the main job's width/depth/heads and tokenizer):
 
-* ``sft``: cross-entropy on the colour token, batch 16, Adam lr 3e-3 (the warm start's rate).
+* ``sft``: cross-entropy on the colour token, batch 4 x ``--games-per-step`` (16), Adam lr 3e-3 (the warm
+  start's rate).
 * ``rl_<lr>``: first 60 supervised steps on *random* colours (the model then names a colour but ignores the
-  sign: greedy accuracy 0.5), then REINFORCE on the sampled colour token: 4 games x 4 samples per step,
-  reward 1 for the right colour, advantage = reward - group mean (the actor signal of GRPO and of a TEMPO
-  macro-step whose endpoint value is exact).
+  sign: greedy accuracy 0.5), then REINFORCE on the sampled colour token: ``--games-per-step`` (4) games x 4
+  samples per step, reward 1 for the right colour, advantage = reward - group mean (the actor signal of GRPO
+  and of a TEMPO macro-step whose endpoint value is exact).
 
 Prints ONE JSON line: per arm, the first step whose held-out greedy accuracy reaches 0.9 (``null`` if none)
 and the final accuracy, plus the examples (labelled or sampled) seen by then. ``--layout main`` uses the main
 job's env (the sign a random number of rooms before the key room); ``--layout adjacent`` puts the sign in the
 room before the key room (``clue_gap = 0``, ``lock_gap = 0``). ``--quick``: fewer games and steps (a smoke run).
+
+``--role critic`` asks the same of the *critic*: each example is the generative critic's real prompt (task,
+privileged layout, condensed history, as :func:`tempo_rl.critic.prompt.build_critic_messages` writes it) of the
+state right after the first ``open door`` of a walkthrough whose key choice was random, followed by
+``<value>``; the target is the value's first digit, ``1`` when the door opened (the exit is reachable), ``0``
+when it stayed locked. The RL arms' reward, 1 for the right digit, is the Brier critic reward
+``-(V - G)^2`` shifted by 1 for V, G in {0, 1}; centring makes the two identical. ``--games-per-step G``
+(default 4) sets how many states (RL: x 4 samples) or examples / 4 (supervised) one optimiser step sees.
 """
 
 from __future__ import annotations
@@ -39,6 +48,43 @@ LAYOUTS: dict[str, dict[str, Any]] = {
 }
 
 Example = tuple[list[int], int]  # (context token ids, the right colour's token id)
+
+
+def critic_examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any) -> list[Example]:
+    """The critic's prompt right after the first ``open door`` (random key choice), up to ``<value>``; the
+    target is the token ``1`` (door opened) or ``0`` (it stayed locked)."""
+    from tempo_rl.critic.base import CriticQuery
+    from tempo_rl.critic.prompt import build_critic_messages
+    from tempo_rl.envs.keydoor import COLOURS, KeyDoorEnv
+
+    digits = {v: tokenizer.encode(v, add_special_tokens=False)[0] for v in ("0", "1")}
+    out: list[Example] = []
+    for seed in seeds:
+        rng = random.Random(seed)
+        env = KeyDoorEnv(**kwargs)
+        obs = env.reset(seed)
+        history: list[tuple[str, str]] = []
+        opened = False
+        for action in env.walkthrough() or ():
+            if action.startswith("take "):
+                action = "take " + rng.choice(COLOURS[: kwargs["colours"]])
+            result = env.step(action)
+            history.append((action, result.observation.text))
+            if action == "open door":
+                opened = "opens the door" in result.observation.text
+                break
+        query = CriticQuery(
+            task=str(obs.info.get("task", "")),
+            history=history,
+            initial_observation=obs.text,
+            privileged_info=env.privileged_info(),
+        )
+        text = tokenizer.apply_chat_template(
+            build_critic_messages(query), tokenize=False, add_generation_prompt=True
+        )
+        context = list(tokenizer.encode(text + "<value>", add_special_tokens=False))
+        out.append((context, digits["1" if opened else "0"]))
+    return out
 
 
 def examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any) -> list[Example]:
@@ -86,7 +132,13 @@ def arm_learning_rate(arm: str) -> float:
 
 
 def run_arm(
-    arm: str, train: list[Example], test: list[Example], backend: Any, vocab: int, steps: int
+    arm: str,
+    train: list[Example],
+    test: list[Example],
+    backend: Any,
+    vocab: int,
+    steps: int,
+    games_per_step: int = 4,
 ) -> dict[str, Any]:
     """Train a fresh model with one arm; return the first step reaching 0.9 held-out accuracy and the final one."""
     import torch
@@ -141,18 +193,19 @@ def run_arm(
     lr = arm_learning_rate(arm)
     opt = adam(lr)
     reached: int | None = None
-    per_step = 16
+    per_step = 4 * games_per_step
     for n in range(1, steps + 1):
         if arm == "sft":
             batch = rng.sample(train, per_step)
             loss = torch.nn.functional.cross_entropy(last_logits(batch), torch.tensor([t for _, t in batch]))
         else:
-            games = rng.sample(train, 4)
+            games = rng.sample(train, games_per_step)
             batch = [g for g in games for _ in range(4)]
             logp = torch.log_softmax(last_logits(batch), -1)
             with torch.no_grad():
                 sampled = torch.multinomial(logp.exp(), 1).squeeze(1)
-                reward = torch.tensor([float(int(a) == t) for a, (_, t) in zip(sampled, batch)]).view(4, 4)
+                reward = torch.tensor([float(int(a) == t) for a, (_, t) in zip(sampled, batch)])
+                reward = reward.view(games_per_step, 4)
                 advantage = (reward - reward.mean(1, keepdim=True)).view(-1)
             loss = -(advantage * logp[torch.arange(len(batch)), sampled]).sum()
         step(opt, loss)
@@ -173,6 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="adjacent")
     parser.add_argument("--steps", type=int, default=200, help="training steps per arm")
     parser.add_argument("--arms", default="sft,rl_2e-4,rl_1e-3")
+    parser.add_argument(
+        "--role", choices=("actor", "critic"), default="actor", help="whose decision to learn"
+    )
+    parser.add_argument(
+        "--games-per-step", type=int, default=4, help="states per optimiser step (RL: x 4 samples)"
+    )
     parser.add_argument("--quick", action="store_true", help="100 games, 10 steps per arm (a smoke run)")
     args = parser.parse_args(argv)
     try:
@@ -180,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             arm_learning_rate(arm)
     except ValueError as exc:
         parser.error(f"--arms: {exc}")
+    if args.games_per_step < 1:
+        parser.error(f"--games-per-step must be >= 1, got {args.games_per_step}")
     import torch
 
     from tempo_rl.backends import parse_backend_config
@@ -194,14 +255,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = parse_backend_config(dict(cfg.backend))
     tokenizer = build_tokenizer(env_corpus(cfg), vocab_size=backend.vocab_size)
     n_train, steps = (100, 10) if args.quick else (2000, args.steps)
-    train = examples(kwargs, range(n_train), tokenizer)
-    test = examples(kwargs, range(10**6, 10**6 + (50 if args.quick else 200)), tokenizer)
+    make = critic_examples if args.role == "critic" else examples
+    train = make(kwargs, range(n_train), tokenizer)
+    test = make(kwargs, range(10**6, 10**6 + (50 if args.quick else 200)), tokenizer)
     t0 = time.perf_counter()
-    arms = {arm: run_arm(arm, train, test, backend, len(tokenizer), steps) for arm in args.arms.split(",")}
+    arms = {
+        arm: run_arm(arm, train, test, backend, len(tokenizer), steps, args.games_per_step)
+        for arm in args.arms.split(",")
+    }
     figures = {
         "benchmark": "key_choice",
         "quick": args.quick,
+        "role": args.role,
         "layout": args.layout,
+        "games_per_step": args.games_per_step,
         "train_games": n_train,
         "context_tokens_mean": round(sum(len(c) for c, _ in train) / len(train), 1),
         "arms": arms,
