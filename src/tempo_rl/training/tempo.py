@@ -11,7 +11,7 @@
   mean of its branches' returns ``G_0 = mean_n sum_u r_u^(n)`` as target: one Monte Carlo estimate of
   ``V(s_0)`` over N episodes instead of N copies of the state against single 0/1 outcomes;
 * K critic samples on each boundary state, rewards ``-|V_k - G_t| / R_max`` (or Brier), centred over K;
-  critic Datums only; one optimiser step;
+  critic Datums only; one optimiser step (``optim.substeps`` minibatch steps);
 * every non-terminal boundary state (round > 0) also goes into the StateStore (the reference discarded them).
 
 **TD update**:
@@ -25,7 +25,8 @@
 * ``R_n = r_n + V_hat_n``, ``G = mean_n R_n``, ``A_n = R_n - G`` (:mod:`tempo_rl.signals`); degenerate groups
   (all ``|A_n| <= 1e-12``) and zero-advantage branches produce no Datum;
 * K critic samples on each start state, rewarded against its G and centred over K;
-* actor + critic Datums through one chunked ``forward_backward`` pass and ONE ``optim_step``;
+* actor + critic Datums through one chunked ``forward_backward`` pass and ONE ``optim_step`` (or, with
+  ``optim.substeps = S``, S minibatches of mixed actor and critic Datums, one step each);
 * the macro-boundary endpoints (within T and the token budget) go into the store with the policy version that
   sampled them; states older than ``store.max_age_versions`` are evicted.
 """
