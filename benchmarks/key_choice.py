@@ -21,7 +21,7 @@ job's env (the sign a random number of rooms before the key room); ``--layout ad
 room before the key room (``clue_gap = 0``, ``lock_gap = 0``). ``--quick``: fewer games and steps (a smoke run).
 
 ``--role critic`` asks the same of the *critic*: each example is the generative critic's real prompt (task,
-privileged layout, condensed history, as :func:`tempo_rl.critic.prompt.build_critic_messages` writes it) of the
+privileged layout, condensed history, rendered by ``GenerativeCritic.prompt_tokens`` as in the trainer) of the
 state right after the first ``open door`` of a walkthrough whose key choice was random, followed by
 ``<value>``; the target is the value's first digit, ``1`` when the door opened (the exit is reachable), ``0``
 when it stayed locked. The RL arms' reward, 1 for the right digit, is the Brier critic reward
@@ -53,10 +53,15 @@ Example = tuple[list[int], int]  # (context token ids, the right colour's token 
 def critic_examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any) -> list[Example]:
     """The critic's prompt right after the first ``open door`` (random key choice), up to ``<value>``; the
     target is the token ``1`` (door opened) or ``0`` (it stayed locked)."""
+    from tempo_rl.backends.types import SamplingParams
     from tempo_rl.critic.base import CriticQuery
-    from tempo_rl.critic.prompt import build_critic_messages
+    from tempo_rl.critic.generative import GenerativeCritic
     from tempo_rl.envs.keydoor import COLOURS, KeyDoorEnv
+    from tempo_rl.rollout.renderer import ChatRenderer
 
+    # the trainer's own prompt builder; the budget is never reached (the prompts are ~470 tokens)
+    critic = GenerativeCritic(ChatRenderer(tokenizer), SamplingParams(max_tokens=1), max_prompt_tokens=10**6)
+    answer = list(tokenizer.encode("<value>", add_special_tokens=False))
     digits = {v: tokenizer.encode(v, add_special_tokens=False)[0] for v in ("0", "1")}
     out: list[Example] = []
     for seed in seeds:
@@ -79,11 +84,9 @@ def critic_examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any
             initial_observation=obs.text,
             privileged_info=env.privileged_info(),
         )
-        text = tokenizer.apply_chat_template(
-            build_critic_messages(query), tokenize=False, add_generation_prompt=True
-        )
-        context = list(tokenizer.encode(text + "<value>", add_special_tokens=False))
-        out.append((context, digits["1" if opened else "0"]))
+        prompt, _omitted = critic.prompt_tokens(query)
+        assert prompt is not None  # an unbounded budget always fits
+        out.append(([*prompt, *answer], digits["1" if opened else "0"]))
     return out
 
 
