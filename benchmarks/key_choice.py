@@ -59,9 +59,14 @@ def critic_examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any
     from tempo_rl.envs.keydoor import COLOURS, KeyDoorEnv
     from tempo_rl.rollout.renderer import ChatRenderer
 
-    # the trainer's own prompt builder; the budget is never reached (the prompts are ~470 tokens)
-    critic = GenerativeCritic(ChatRenderer(tokenizer), SamplingParams(max_tokens=1), max_prompt_tokens=10**6)
-    answer = list(tokenizer.encode("<value>", add_special_tokens=False))
+    # the trainer's own prompt builder, ending with the answer prefix (sampling.critic_answer_prefix); the
+    # budget is never reached (the prompts are ~470 tokens)
+    critic = GenerativeCritic(
+        ChatRenderer(tokenizer),
+        SamplingParams(max_tokens=1),
+        max_prompt_tokens=10**6,
+        answer_prefix="<value>",
+    )
     digits = {v: tokenizer.encode(v, add_special_tokens=False)[0] for v in ("0", "1")}
     out: list[Example] = []
     for seed in seeds:
@@ -86,7 +91,7 @@ def critic_examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any
         )
         prompt, _omitted = critic.prompt_tokens(query)
         assert prompt is not None  # an unbounded budget always fits
-        out.append(([*prompt, *answer], digits["1" if opened else "0"]))
+        out.append((list(prompt), digits["1" if opened else "0"]))
     return out
 
 
@@ -235,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--games-per-step", type=int, default=4, help="states per optimiser step (RL: x 4 samples)"
     )
+    parser.add_argument("--hidden-size", type=int, default=None, help="model width (default: the main job's)")
+    parser.add_argument("--num-layers", type=int, default=None, help="model depth (default: the main job's)")
     parser.add_argument("--quick", action="store_true", help="100 games, 10 steps per arm (a smoke run)")
     args = parser.parse_args(argv)
     try:
@@ -254,7 +261,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     kwargs = LAYOUTS[args.layout]
-    cfg = load_config(DEFAULT_CONFIG, [f"env.kwargs.{k}={v}" for k, v in kwargs.items()])
+    overrides = [f"env.kwargs.{k}={v}" for k, v in kwargs.items()]
+    overrides += [
+        f"backend.{k}={v}"
+        for k, v in (("hidden_size", args.hidden_size), ("num_layers", args.num_layers))
+        if v
+    ]
+    cfg = load_config(DEFAULT_CONFIG, overrides)
     backend = parse_backend_config(dict(cfg.backend))
     tokenizer = build_tokenizer(env_corpus(cfg), vocab_size=backend.vocab_size)
     n_train, steps = (100, 10) if args.quick else (2000, args.steps)
@@ -272,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "role": args.role,
         "layout": args.layout,
         "games_per_step": args.games_per_step,
+        "hidden_size": backend.hidden_size,
+        "num_layers": backend.num_layers,
         "train_games": n_train,
         "context_tokens_mean": round(sum(len(c) for c, _ in train) / len(train), 1),
         "arms": arms,

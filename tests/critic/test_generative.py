@@ -211,3 +211,29 @@ def test_with_tempo_rl_chat_renderer_and_offline_tokenizer() -> None:
     assert "WALKTHROUGH: go to room 2, take key" in text and text.rstrip().endswith("assistant")
     est = asyncio.run(critic.estimate(query, 2, ScriptedSampler(["<value>0.75</value>"])))
     np.testing.assert_array_equal(est.values, [0.75, 0.75])
+
+
+def test_answer_prefix_ends_the_prompt_and_is_read_before_the_completion() -> None:
+    class CharTokenizer:  # one token per character, no special tokens
+        def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+            assert add_special_tokens is False
+            return [ord(c) for c in text]
+
+        def apply_chat_template(self, messages: list[dict[str, str]], **kw: object) -> list[int]:
+            return [1, 2, 3]
+
+    sampler = ScriptedSampler(["0.25</value>", " 0.5 </value> <value>0.75</value>", "</value>", "0.6"])
+    critic = GenerativeCritic(CharTokenizer(), PARAMS, max_prompt_tokens=10, answer_prefix="<value>")
+    est = asyncio.run(critic.estimate(make_query(), 4, sampler))
+    prompt = (1, 2, 3, *map(ord, "<value>"))
+    assert tuple(sampler.calls[0][0]) == prompt and all(s.prompt_tokens == prompt for s in est.samples)
+    np.testing.assert_array_equal(est.values[:2], [0.25, 0.75])  # read as "<value>" + completion
+    assert [s.status for s in est.samples[2:]] == [ValueStatus.MALFORMED, ValueStatus.MISSING]
+    # the prefix counts against the prompt budget: 3 + 7 = 10 tokens fit, 9 do not
+    tight = GenerativeCritic(CharTokenizer(), PARAMS, max_prompt_tokens=9, answer_prefix="<value>")
+    assert critic.prompt_tokens(make_query(0)) == (prompt, 0) and tight.prompt_tokens(make_query(0)) == (
+        None,
+        0,
+    )
+    with pytest.raises(TypeError, match="answer_prefix='<value>' needs a renderer that can encode text"):
+        GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=100, answer_prefix="<value>")

@@ -195,3 +195,32 @@ def _learning_metrics(run_dir: Path) -> list[dict[str, object]]:
 def _actions(run_dir: Path) -> list[tuple[int, tuple[str, ...]]]:
     rows = [json.loads(x) for x in (run_dir / "trajectories.jsonl").read_text().splitlines()]
     return sorted((r["update"], tuple(r["actions"])) for r in rows)
+
+
+def test_warm_start_critic_format_example_leaves_the_answer_prefix_to_the_prompt(tmp_path: Path) -> None:
+    import numpy as np
+
+    from tempo_rl.training.run import build_trainer
+    from tempo_rl.training.warmstart import demonstration_datums
+
+    cfg_file = tmp_path / "tiny.toml"
+    cfg_file.write_text(_config_text())
+    overrides = [
+        'sampling.critic_answer_prefix="<value>"',
+        "sampling.critic_max_prompt_tokens=2000",
+        "warmstart.critic_format_share=1.0",
+    ]
+    config = load_config(cfg_file, overrides)
+    trainer = build_trainer(config, tmp_path / "run")
+    tokenizer = trainer.c.chat.tokenizer
+    datums = demonstration_datums(trainer, (config.env.spec(), 3), np.random.default_rng(0))
+    critic = [d for d in datums if d.tags.get("role") == "critic"]
+    assert len(critic) == 1
+    tokens = list(critic[0].model_input)  # next-token layout: tokens[i] predicts targets[i]
+    targets = np.asarray(critic[0].loss_fn_inputs["target_tokens"])
+    weights = np.asarray(critic[0].loss_fn_inputs["weights"])
+    first = int(np.flatnonzero(weights)[0])
+    assert tokenizer.decode(tokens[first : first + 1]) == "<value>"  # the prompt ends with the prefix
+    answer = tokenizer.decode([int(t) for t in targets[weights > 0]], skip_special_tokens=True)
+    assert answer.endswith("</value>") and not answer.startswith("<value>")
+    assert trainer.c.critic.answer_prefix == "<value>"

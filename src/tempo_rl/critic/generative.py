@@ -7,6 +7,13 @@ Prompt budget: when the rendered prompt is longer than ``max_prompt_tokens``, th
 history turns is omitted that makes it fit (found by bisection over the omitted count, each probe one render),
 and the estimates report ``prompt_too_long=True`` with ``omitted_turns``. When even omitting the whole history
 does not fit, nothing is sampled: all K values are NaN. An over-long prompt is never silently worth 0.
+
+Answer prefix (prefill): with ``answer_prefix="<value>"`` the prompt ends with the opening tag already written
+in the assistant turn, so the model samples only the number and the closing tag, and each answer is read as
+``answer_prefix + completion``. The prefix's tokens belong to the prompt, so the critic is never trained on the
+first token of its turn, the token where the actor's tool calls start too. It also removes the critic's
+reasoning: leave it empty for a model that should think before it answers (``docs/results.md`` measures it on
+the offline main job's tiny model).
 """
 
 from __future__ import annotations
@@ -22,10 +29,20 @@ from tempo_rl.critic.base import Critic, CriticEstimates, CriticQuery, CriticSam
 from tempo_rl.critic.parse import ValueStatus, classify_value
 from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, Message, build_critic_messages
 
-__all__ = ["GenerativeCritic", "RenderFn", "as_render_fn", "status_counts"]
+__all__ = ["GenerativeCritic", "RenderFn", "as_encode_fn", "as_render_fn", "status_counts"]
 
 #: Renders a chat (ending with a user turn) into the token ids of a generation prompt.
 RenderFn = Callable[[Sequence[Message]], Sequence[int]]
+
+
+def as_encode_fn(renderer: Any) -> Callable[[str], Sequence[int]] | None:
+    """Plain-text encoding (no special tokens added) from a ChatRenderer (its ``tokenizer``) or a tokenizer;
+    None when ``renderer`` offers neither."""
+    tokenizer = getattr(renderer, "tokenizer", renderer)
+    encode = getattr(tokenizer, "encode", None)
+    if not callable(encode):
+        return None
+    return lambda text: [int(t) for t in encode(text, add_special_tokens=False)]
 
 
 def as_render_fn(renderer: Any) -> RenderFn:
@@ -74,6 +91,8 @@ class GenerativeCritic(Critic):
         max_prompt_tokens: the prompt token budget; longer prompts omit middle history turns.
         system_prompt: the system prompt; ``{r_max}`` is replaced by the query's R_max.
         max_observation_chars: cut each observation in the condensed history to this many characters.
+        answer_prefix: text the assistant turn starts with, e.g. ``"<value>"`` (see the module docstring);
+            needs a renderer that can encode text (a ChatRenderer or a tokenizer).
     """
 
     def __init__(
@@ -84,10 +103,22 @@ class GenerativeCritic(Critic):
         system_prompt: str = DEFAULT_CRITIC_SYSTEM_PROMPT,
         *,
         max_observation_chars: int | None = None,
+        answer_prefix: str = "",
     ) -> None:
         if max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
         self._render = as_render_fn(renderer)
+        self.answer_prefix = answer_prefix
+        self._prefix_tokens: tuple[int, ...] = ()
+        if answer_prefix:
+            encode = as_encode_fn(renderer)
+            if encode is None:
+                raise TypeError(
+                    f"answer_prefix={answer_prefix!r} needs a renderer that can encode text (a tempo_rl "
+                    f"ChatRenderer or a tokenizer with encode()); got {type(renderer).__name__}. Pass one, or "
+                    "leave answer_prefix empty"
+                )
+            self._prefix_tokens = tuple(encode(answer_prefix))
         self.sampling_params = sampling_params
         self.max_prompt_tokens = int(max_prompt_tokens)
         self.system_prompt = system_prompt
@@ -102,19 +133,23 @@ class GenerativeCritic(Critic):
             max_observation_chars=self.max_observation_chars,
         )
 
+    def _prompt(self, query: CriticQuery, omitted: int) -> tuple[int, ...]:
+        return (*self._render(self.messages(query, omitted)), *self._prefix_tokens)
+
     def prompt_tokens(self, query: CriticQuery) -> tuple[tuple[int, ...] | None, int]:
-        """The prompt tokens within budget and the number of omitted turns; ``(None, n)`` if nothing fits."""
+        """The prompt tokens (ending with the answer prefix's) within budget and the number of omitted turns;
+        ``(None, n)`` if nothing fits."""
         n = len(query.history)
-        full = tuple(self._render(self.messages(query, 0)))
+        full = self._prompt(query, 0)
         if len(full) <= self.max_prompt_tokens:
             return full, 0
-        emptiest = tuple(self._render(self.messages(query, n)))
+        emptiest = self._prompt(query, n)
         if len(emptiest) > self.max_prompt_tokens:
             return None, n
         lo, hi, best = 1, n, emptiest  # invariant: omitting hi turns fits
         while lo < hi:
             mid = (lo + hi) // 2
-            tokens = tuple(self._render(self.messages(query, mid)))
+            tokens = self._prompt(query, mid)
             if len(tokens) <= self.max_prompt_tokens:
                 hi, best = mid, tokens
             else:
@@ -141,7 +176,7 @@ class GenerativeCritic(Critic):
             raise RuntimeError(f"the sampler returned {len(result.sequences)} sequences for num_samples={k}")
         samples = []
         for seq in result.sequences:
-            read = classify_value(seq.text, query.r_max)
+            read = classify_value(self.answer_prefix + seq.text, query.r_max)
             value = read.value if read.value is not None else float("nan")
             samples.append(CriticSample(prompt_tokens=prompt, sequence=seq, value=value, status=read.status))
         values = np.array([s.value for s in samples], dtype=np.float64)

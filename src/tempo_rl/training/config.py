@@ -130,6 +130,14 @@ class SamplingConfig(_Model):
     critic_temperature: float = Field(default=1.0, gt=0.0)
     critic_max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per critic estimate")
     critic_max_prompt_tokens: int = Field(default=8192, ge=16)
+    critic_answer_prefix: str = Field(
+        default="",
+        description=(
+            "text the critic's turn starts with, written into its prompt (e.g. '<value>': the model samples "
+            "only the number and '</value>', and cannot reason first); for small models; leave empty for a "
+            "critic that should reason"
+        ),
+    )
     max_trajectory_tokens: int = Field(
         default=12_000, ge=16, description="token budget of one actor sequence"
     )
@@ -219,7 +227,15 @@ class OptimConfig(_Model):
     learning_rate: float = Field(default=1e-6, gt=0.0)
     beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
     beta2: float = Field(default=0.95, ge=0.0, lt=1.0)
-    eps: float = Field(default=1e-12, gt=0.0)
+    eps: float = Field(
+        default=1e-12,
+        gt=0.0,
+        description=(
+            "Adam's epsilon (the services' default). At 1e-12 Adam scales the faint gradients a critic update "
+            "leaves on the actor's weights up to full steps; in a tiny model trained from scratch that breaks the "
+            "actor's tool calls within a few critic-only updates, and 1e-6 narrows it (docs/results.md)"
+        ),
+    )
     weight_decay: float = Field(default=0.0, ge=0.0)
     grad_clip_norm: float = Field(default=1.0, ge=0.0)
     loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"

@@ -265,6 +265,7 @@ def build_trainer(
             stop=(int(eos),) if eos is not None else None,
         ),
         max_prompt_tokens=s.critic_max_prompt_tokens,
+        answer_prefix=s.critic_answer_prefix,
     )
     store = StateStore(
         run_dir / STORE_FILE,

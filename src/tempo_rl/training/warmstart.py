@@ -11,8 +11,9 @@ signal. The warm start behaviour-clones the env's expert (:meth:`ReplayableEnv.w
   on with the walkthrough while its next action is admissible, and stops otherwise;
 * with ``warmstart.balance_actions`` every distinct expert action gets the same total weight
   (:func:`balance_actions`): the decisive rare actions are not drowned by the frequent ones;
-* a share ``warmstart.critic_format_share`` of the demos also yields one critic *format* example: the critic prompt of a random state of the demo answered
-  with ``<value>v</value>`` where ``v`` is drawn uniformly from {0, 0.1, ..., 1} x R_max. It teaches only the
+* a share ``warmstart.critic_format_share`` of the demos also yields one critic *format* example: the critic
+  prompt of a random state of the demo answered with ``<value>v</value>`` (less the critic's answer prefix, which
+  its prompt already ends with), where ``v`` is drawn uniformly from {0, 0.1, ..., 1} x R_max. It teaches only the
   answer format, no value information (the value is independent of the state): what the critic knows about values
   it must learn in the RL warm-up.
 
@@ -121,7 +122,9 @@ def demonstration_datums(
         prompt = prompt_fn(query)[0] if callable(prompt_fn) else None
         if prompt is not None and rng.random() < cfg.warmstart.critic_format_share:
             value = int(rng.integers(0, 11)) / 10 * cfg.tempo.r_max
-            answer = list(tokenizer.encode(f"<value>{value:.1f}</value>", add_special_tokens=False))
+            text = f"<value>{value:.1f}</value>"
+            text = text.removeprefix(getattr(trainer.c.critic, "answer_prefix", ""))  # the prompt holds it
+            answer = list(tokenizer.encode(text, add_special_tokens=False))
             if eos is not None:
                 answer.append(int(eos))
             datums.append(sft_datum(prompt, answer, vocab_size=trainer.vocab_size(), role="critic"))
