@@ -71,7 +71,8 @@ def test_alfworld_pytrio_config_trains_against_the_pytrio_stub(tmp_path: Path) -
     ]
     cfg = load_config(CONFIGS / "alfworld_pytrio.toml", overrides)
     tokenizer = build_tokenizer(env_corpus(cfg, games=1), vocab_size=600)
-    local = LocalTrainingClient(build_tiny_model(len(tokenizer), hidden_size=32, num_layers=1), tokenizer)
+    model = build_tiny_model(len(tokenizer), hidden_size=32, num_layers=1)
+    local = LocalTrainingClient(model, tokenizer, state_dir=tmp_path / "backend_states")  # not the cwd
     service = RecordingPyTrioService(local)
     run_dir = tmp_path / "run"
     summary = train_run(run_dir, cfg, service_client=service)
