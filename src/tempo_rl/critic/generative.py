@@ -29,15 +29,15 @@ from tempo_rl.critic.base import Critic, CriticEstimates, CriticQuery, CriticSam
 from tempo_rl.critic.parse import ValueStatus, classify_value
 from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, Message, build_critic_messages
 
-__all__ = ["GenerativeCritic", "RenderFn", "as_encode_fn", "as_render_fn", "status_counts"]
+__all__ = ["GenerativeCritic", "RenderFn", "as_render_fn", "status_counts"]
 
 #: Renders a chat (ending with a user turn) into the token ids of a generation prompt.
 RenderFn = Callable[[Sequence[Message]], Sequence[int]]
 
 
-def as_encode_fn(renderer: Any) -> Callable[[str], Sequence[int]] | None:
-    """Plain-text encoding (no special tokens added) from a ChatRenderer (its ``tokenizer``) or a tokenizer;
-    None when ``renderer`` offers neither."""
+def _text_encoder(renderer: Any) -> Callable[[str], Sequence[int]] | None:
+    """Plain-text encoding (no special tokens added) through the tokenizer of a ChatRenderer, or a tokenizer
+    itself; None when ``renderer`` offers neither."""
     tokenizer = getattr(renderer, "tokenizer", renderer)
     encode = getattr(tokenizer, "encode", None)
     if not callable(encode):
@@ -111,7 +111,7 @@ class GenerativeCritic(Critic):
         self.answer_prefix = answer_prefix
         self._prefix_tokens: tuple[int, ...] = ()
         if answer_prefix:
-            encode = as_encode_fn(renderer)
+            encode = _text_encoder(renderer)
             if encode is None:
                 raise TypeError(
                     f"answer_prefix={answer_prefix!r} needs a renderer that can encode text (a tempo_rl "
