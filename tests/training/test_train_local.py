@@ -224,3 +224,47 @@ def test_warm_start_critic_format_example_leaves_the_answer_prefix_to_the_prompt
     answer = tokenizer.decode([int(t) for t in targets[weights > 0]], skip_special_tokens=True)
     assert answer.endswith("</value>") and not answer.startswith("<value>")
     assert trainer.c.critic.answer_prefix == "<value>"
+
+
+def test_kl_anchor_reference_survives_a_resume_on_the_local_backend(tmp_path: Path) -> None:
+    from tempo_rl.training.run import build_trainer
+    from tempo_rl.training.trainer import TrainerState
+
+    cfg_file = tmp_path / "tiny.toml"
+    cfg_file.write_text(_config_text(warmup=2, td=1))
+    config = load_config(cfg_file, ["kl.coef=0.1"])
+    run_dir = tmp_path / "run"
+    train_run(run_dir, config, console=False, max_updates=2)  # warm start + 2 critic warm-up updates
+    ckpt = latest_checkpoint(run_dir)
+    assert ckpt is not None and ckpt.update == 2
+    ref_path = ckpt.trainer_state["kl_reference"]
+    assert ref_path and Path(ref_path).is_file()
+    records = _metrics(run_dir)
+    assert all("kl/ref_k1_mean" in r for r in records[1:])
+    assert records[2]["train/actor_datums"] > 0  # the first step moved the actor: the anchor now trains it
+
+    saved = run_dir / "config.toml"
+    resumed_config = load_config(saved, [])
+    trainer = build_trainer(
+        resumed_config,
+        run_dir,
+        resume=True,
+        state=TrainerState.from_json(ckpt.trainer_state),
+        backend_state=ckpt.backend_state,
+    )
+    probe = list(trainer.c.chat.tokenizer.encode("go on take red open door", add_special_tokens=False))
+    current = trainer.c.sampler.compute_logprobs(probe)
+    reference = trainer.reference_sampler().compute_logprobs(probe)
+    # the reference is the post-warm-start policy, not the current one, and loading it left the current
+    # weights in place
+    direct = build_trainer(resumed_config, run_dir, resume=True, backend_state=ref_path)
+    assert reference == direct.c.sampler.compute_logprobs(probe)
+    assert reference != current
+    assert trainer.c.training_client.save_weights_and_get_sampling_client().compute_logprobs(probe) == current
+    assert not [p for p in run_dir.rglob("*") if "kl-resume-current" in p.name]  # the swap file is gone
+    trainer.c.store.close()
+    direct.c.store.close()
+
+    summary = train_run(run_dir, resume=True, console=False)
+    assert summary["updates_done"] == 3
+    assert "kl/ref_k1_mean" in _metrics(run_dir)[-1]

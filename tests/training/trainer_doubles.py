@@ -99,8 +99,9 @@ class ScriptedSampler(ScriptedSamplerBase):
 class RecordingTrainingClient:
     """A TrainingClient that records every call (no model)."""
 
-    def __init__(self, sampler: ScriptedSampler) -> None:
+    def __init__(self, sampler: ScriptedSampler, reference: Any = None) -> None:
         self.sampler = sampler
+        self.reference = reference  # what a snapshot named "kl-reference" samples from (default: sampler)
         self.calls: list[tuple[str, Any]] = []
 
     def forward_backward(self, datums: Sequence[Datum], loss_fn: str, loss_fn_config: Any = None) -> Any:
@@ -111,6 +112,7 @@ class RecordingTrainingClient:
         self.calls.append(("optim_step", adam_params))
 
     def save_state(self, name: str) -> str:
+        self.calls.append(("save_state", name))
         return f"memory://{name}"
 
     def load_state(self, path: str) -> None:
@@ -118,6 +120,8 @@ class RecordingTrainingClient:
 
     def save_weights_and_get_sampling_client(self, name: str | None = None) -> ScriptedSampler:
         self.calls.append(("save_weights", name))
+        if name == "kl-reference" and self.reference is not None:
+            return self.reference
         return self.sampler
 
     def get_tokenizer(self) -> Any:

@@ -9,7 +9,8 @@ the seed write-up)::
     (4) r_k = -|V_k - G| / R_max             critic_rewards       (then centred over k with group_advantages)
 
 plus :func:`monte_carlo_returns` (warm-up targets), :func:`degenerate_groups` (groups with no gradient) and
-:func:`prefix_importance_weights` (correction for stale prefixes).
+:func:`prefix_importance_weights` (correction for stale prefixes), and, outside TEMPO, :func:`kl_penalized_advantages`
+(an optional KL anchor to a reference policy: A'_t = A_t - beta * (log pi(a_t) - log pi_ref(a_t))).
 
 Conventions: the group axis is the last axis; an optional boolean ``mask`` of the same shape marks padding
 (False), which is excluded from every mean and returned as 0; NaN in a critic estimate means "did not parse".
@@ -18,6 +19,7 @@ Torch is never imported by this package: it is used only when the caller passes 
 
 from tempo_rl.signals.advantages import STD_EPS, degenerate_groups, group_advantages
 from tempo_rl.signals.critic import CRITIC_ERRORS, critic_rewards
+from tempo_rl.signals.kl import kl_penalized_advantages
 from tempo_rl.signals.prefix import prefix_importance_weights
 from tempo_rl.signals.returns import branch_returns, monte_carlo_returns, td_targets
 
@@ -28,6 +30,7 @@ __all__ = [
     "critic_rewards",
     "degenerate_groups",
     "group_advantages",
+    "kl_penalized_advantages",
     "monte_carlo_returns",
     "prefix_importance_weights",
     "td_targets",

@@ -34,6 +34,7 @@ __all__ = [
     "ConfigError",
     "EnvConfig",
     "GrpoConfig",
+    "KLConfig",
     "OptimConfig",
     "RunConfig",
     "SamplingConfig",
@@ -256,6 +257,28 @@ class OptimConfig(_Model):
     )
 
 
+class KLConfig(_Model):
+    """An optional KL anchor of the actor to the policy as RL begins (off by default; not part of TEMPO).
+
+    Every actor token sampled in an update is trained with ``A'_t = A_t - coef * (log pi(a_t) - log
+    pi_ref(a_t))`` (:func:`tempo_rl.signals.kl_penalized_advantages`), where pi_ref is the policy RL starts
+    from (after the supervised warm start; in a resumed run that first switches the anchor on, the policy at
+    that point), frozen: a policy-gradient step then also descends ``coef * KL(pi || pi_ref)``. With
+    ``coef > 0`` the actor's samples of groups that carry no advantage (TEMPO's critic-only warm-up, degenerate
+    groups) are trained by the anchor alone, so critic updates cannot drag the shared weights away from what the
+    actor does.
+    """
+
+    coef: float = Field(
+        default=0.0,
+        ge=0.0,
+        description=(
+            "beta, the anchor's weight in advantage units per nat of log pi(a_t) - log pi_ref(a_t); 0 = off. "
+            "Costs one reference forward pass over every sampled actor sequence per update"
+        ),
+    )
+
+
 class StoreConfig(_Model):
     """The StateStore (see :mod:`tempo_rl.training.store`)."""
 
@@ -340,6 +363,7 @@ class TrainConfig(_Model):
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    kl: KLConfig = Field(default_factory=KLConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     warmstart: WarmStartConfig = Field(default_factory=WarmStartConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)

@@ -4,7 +4,8 @@ Each update: ``grpo.games_per_batch`` fresh games x ``grpo.group_size`` branches
 rounds, no macro boundary, no critic); the episode return ``R_n = sum_t r_t`` of each branch is centred within
 its group, ``A_n = R_n - mean(R)`` (:func:`tempo_rl.signals.group_advantages`, no std division, as in the
 reference's chapter 8 without its invalid-action penalty); degenerate groups (all returns equal: every branch
-failed or every branch succeeded) give no Datum; one chunked ``forward_backward`` + one ``optim_step``.
+failed or every branch succeeded) give no Datum (unless the KL anchor ``kl.coef > 0`` trains them by the anchor
+alone); one chunked ``forward_backward`` + one ``optim_step``.
 
 This is what TEMPO is compared with: on long-horizon tasks where every branch of a group fails, GRPO gets no
 gradient at all, while TEMPO's bootstrapped endpoint values can still separate branches.
@@ -17,7 +18,6 @@ import time
 
 import numpy as np
 
-from tempo_rl.backends.types import Datum
 from tempo_rl.signals import degenerate_groups, group_advantages
 from tempo_rl.training.tempo import rollout_metrics
 from tempo_rl.training.trainer import MacroStepTrainer, UpdateTimer
@@ -44,13 +44,19 @@ class GrpoTrainer(MacroStepTrainer):
         returns = np.where(mask, returns, 0.0)
         adv = group_advantages(returns, mask=mask)
         degenerate = np.asarray(degenerate_groups(adv, mask=mask), dtype=bool)
-        datums: list[Datum] = []
-        for i, row in enumerate(results):
-            if degenerate[i]:
-                continue
-            kept = [(b, float(adv[i, j])) for j, b in enumerate(row) if mask[i, j]]
-            datums.extend(self.actor_datums([b for b, _ in kept], [a for _, a in kept]))
+        anchor = self.config.kl.coef > 0  # then degenerate groups are trained by the KL anchor alone
+        kept = [
+            (b, float(adv[i, j]))
+            for i, row in enumerate(results)
+            if anchor or not degenerate[i]
+            for j, b in enumerate(row)
+            if mask[i, j]
+        ]
+        datums, kl_metrics = await self.anchored_actor_datums(
+            [b for b, _ in kept], [a for _, a in kept], timer
+        )
         metrics = self.train_step(datums, timer)
+        metrics.update(kl_metrics)
         branches = [b for row in results for b in row]
         metrics.update(
             {

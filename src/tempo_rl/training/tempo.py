@@ -11,7 +11,9 @@
   mean of its branches' returns ``G_0 = mean_n sum_u r_u^(n)`` as target: one Monte Carlo estimate of
   ``V(s_0)`` over N episodes instead of N copies of the state against single 0/1 outcomes;
 * K critic samples on each boundary state, rewards ``-|V_k - G_t| / R_max`` (or Brier), centred over K;
-  critic Datums only; one optimiser step (``optim.substeps`` minibatch steps);
+  critic Datums only (plus, with the KL anchor ``kl.coef > 0``, the episodes' actor tokens trained by the
+  anchor alone, see :class:`~tempo_rl.training.config.KLConfig`); one optimiser step (``optim.substeps``
+  minibatch steps);
 * every non-terminal boundary state (round > 0) also goes into the StateStore (the reference discarded them).
 
 **TD update**:
@@ -23,7 +25,8 @@
 * endpoint values ``V_hat_n`` = mean of E critic samples for truncated branches, 0 for terminated (and
   token-budget) branches; an endpoint whose E samples all fail to parse is dropped or substituted (config);
 * ``R_n = r_n + V_hat_n``, ``G = mean_n R_n``, ``A_n = R_n - G`` (:mod:`tempo_rl.signals`); degenerate groups
-  (all ``|A_n| <= 1e-12``) and zero-advantage branches produce no Datum;
+  (all ``|A_n| <= 1e-12``) and zero-advantage branches produce no Datum (with ``kl.coef > 0`` every kept
+  branch does, its tokens' advantages ``A_n - coef * (log pi - log pi_ref)``);
 * K critic samples on each start state, rewarded against its G and centred over K;
 * actor + critic Datums through one chunked ``forward_backward`` pass and ONE ``optim_step`` (or, with
   ``optim.substeps = S``, S minibatches of mixed actor and critic Datums, one step each);
@@ -305,6 +308,11 @@ class TempoTrainer(MacroStepTrainer):
         targets = [g for _, g in boundary]
         datums, critic_degenerate = self._critic_signals(estimates, targets)
         metrics = critic_metrics(estimates, targets)  # before the step: the error of the policy that sampled
+        if self.config.kl.coef > 0 and t.train_actor:  # the actor's episodes, trained by the anchor alone
+            played = [b for row in results for b in row if b.end_reason != "error"]
+            anchored, kl_metrics = await self.anchored_actor_datums(played, [0.0] * len(played), timer)
+            datums.extend(anchored)
+            metrics.update(kl_metrics)
         metrics.update(self.train_step(datums, timer))
         metrics.update(
             {
@@ -447,11 +455,19 @@ class TempoTrainer(MacroStepTrainer):
 
         datums: list[Datum] = []
         if t.train_actor:
-            for i, row in enumerate(results):
-                if degenerate[i] or not has_branch[i]:
-                    continue
-                kept = [(b, float(actor_adv[i, j])) for j, b in enumerate(row) if mask[i, j]]
-                datums.extend(self.actor_datums([b for b, _ in kept], [a for _, a in kept]))
+            anchor = self.config.kl.coef > 0  # then degenerate groups are trained by the anchor alone
+            kept = [
+                (b, float(actor_adv[i, j]))
+                for i, row in enumerate(results)
+                if has_branch[i] and (anchor or not degenerate[i])
+                for j, b in enumerate(row)
+                if mask[i, j]
+            ]
+            actor, kl_metrics = await self.anchored_actor_datums(
+                [b for b, _ in kept], [a for _, a in kept], timer
+            )
+            datums.extend(actor)
+            metrics.update(kl_metrics)
         metrics.update(prefix_w.metrics())
         critic_datums, critic_degenerate = self._critic_signals(start_estimates, g_list)
         datums.extend(critic_datums)

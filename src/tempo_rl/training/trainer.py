@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from tempo_rl.critic.base import Critic, CriticEstimates, CriticQuery
 from tempo_rl.envs.snapshot import EnvSpec, Snapshot
 from tempo_rl.rollout.datums import completion_datum, make_datum
 from tempo_rl.rollout.tool_call import ToolCallParser
+from tempo_rl.signals import kl_penalized_advantages
 from tempo_rl.training.config import TrainConfig
 from tempo_rl.training.rollout import BranchResult, RolloutSettings, RolloutStats, run_branches
 from tempo_rl.training.store import StoredState
@@ -54,6 +56,8 @@ class TrainerState:
         rng_state: the numpy ``PCG64`` bit-generator state.
         states_reused_total: stored states restored and trained from so far.
         warmstart_done: the supervised warm start has run (it is never repeated on resume).
+        kl_reference: the backend state (``training_client.save_state``) of the KL anchor's reference policy,
+            saved when RL began; None until then or with ``kl.coef = 0``.
     """
 
     update: int = 0
@@ -62,6 +66,7 @@ class TrainerState:
     rng_state: dict[str, Any] = field(default_factory=dict)
     states_reused_total: int = 0
     warmstart_done: bool = False
+    kl_reference: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -72,6 +77,7 @@ class TrainerState:
             "rng_state": self.rng_state,
             "states_reused_total": self.states_reused_total,
             "warmstart_done": self.warmstart_done,
+            "kl_reference": self.kl_reference,
         }
 
     @classmethod
@@ -168,6 +174,7 @@ class MacroStepTrainer(abc.ABC):
         self._on_update_end = on_update_end
         self._write_trajectories = write_trajectories
         self.fresh_start_failures = 0  # fresh games whose build/reset failed (dropped, counted)
+        self._reference: SamplingClient | None = None  # the KL anchor's frozen policy (kl.coef > 0)
 
     # ---------------------------------------------------------------------------------------------- loop
 
@@ -182,6 +189,8 @@ class MacroStepTrainer(abc.ABC):
     def train(self, max_updates: int | None = None) -> None:
         """Run updates until :meth:`total_updates` (or ``max_updates`` more) are done; resumable."""
         done = 0
+        if self.config.kl.coef > 0 and self.state.update < self.total_updates():
+            self.reference_sampler()  # before the first RL step: the reference is the policy RL starts from
         while self.state.update < self.total_updates():
             if max_updates is not None and done >= max_updates:
                 return
@@ -426,6 +435,88 @@ class MacroStepTrainer(abc.ABC):
                     )
                 )
         return out
+
+    def reference_sampler(self) -> SamplingClient:
+        """The KL anchor's reference policy (see :class:`~tempo_rl.training.config.KLConfig`).
+
+        The first call (:meth:`train` makes it before the first update with ``kl.coef > 0``: after the warm
+        start, or when a resumed run first switches the anchor on) saves the current weights as
+        ``kl-reference`` and records the saved state in :attr:`TrainerState.kl_reference`. A resumed run loads
+        that state, takes a sampling client over it and loads its current state back, through the
+        ``TrainingClient`` protocol alone (the temporary local state file is removed).
+        """
+        if self._reference is None:
+            tc = self.c.training_client
+            if self.state.kl_reference is None:
+                self.state.kl_reference = str(tc.save_state("kl-reference"))
+                self._reference = tc.save_weights_and_get_sampling_client("kl-reference")
+            else:
+                current = str(tc.save_state("kl-resume-current"))
+                tc.load_state(self.state.kl_reference)
+                self._reference = tc.save_weights_and_get_sampling_client("kl-reference")
+                tc.load_state(current)
+                with contextlib.suppress(OSError):
+                    Path(current).unlink(missing_ok=True)  # a local file; a remote URI is not a path here
+        return self._reference
+
+    async def anchored_actor_datums(
+        self,
+        branches: Sequence[BranchResult],
+        advantages: Sequence[float],
+        timer: UpdateTimer | None = None,
+    ) -> tuple[list[Datum], dict[str, float]]:
+        """:meth:`actor_datums` with the KL anchor (``kl.coef > 0``), and the anchor's metrics.
+
+        Every sampled token of every branch (zero advantage included) gets
+        ``A'_t = A_n - coef * (log pi(a_t) - log pi_ref(a_t))``, with log pi the sampled logprob and log pi_ref
+        from :meth:`reference_sampler`'s ``compute_logprobs``. Metrics: ``kl/ref_k1_mean``, the mean of
+        ``log pi(a_t) - log pi_ref(a_t)`` over those tokens (nats per token; it estimates KL(pi || pi_ref)),
+        and ``kl/anchored_tokens``. A sequence whose advantages all vanish (pi = pi_ref on a zero-advantage
+        branch) yields no Datum. With ``kl.coef = 0`` this is :meth:`actor_datums` and no metric.
+        """
+        coef = self.config.kl.coef
+        if coef <= 0:
+            return self.actor_datums(branches, advantages), {}
+        t0 = time.perf_counter()
+        reference = self.reference_sampler()
+        items: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
+        for branch, adv in zip(branches, advantages):
+            if not math.isfinite(adv):
+                continue
+            for sequence in branch.sequences():
+                tokens, logprobs, mask = sequence.arrays()
+                if mask.any():
+                    end = int(np.flatnonzero(mask)[-1]) + 1
+                    items.append((tokens[:end], logprobs[:end], mask[:end], adv))
+        ref_rows = await asyncio.gather(
+            *(reference.compute_logprobs_async(tokens.tolist()) for tokens, _, _, _ in items)
+        )
+        out: list[Datum] = []
+        k1_sum, n_tokens = 0.0, 0
+        for (tokens, logprobs, mask, adv), row in zip(items, ref_rows):
+            ref = np.asarray([np.nan if x is None else x for x in row], dtype=np.float64)
+            advs = kl_penalized_advantages(
+                np.full(len(tokens), adv), logprobs.astype(np.float64), ref, coef=coef, mask=mask
+            )
+            k1_sum += float(np.sum(logprobs[mask] - ref[mask]))
+            n_tokens += int(mask.sum())
+            if not np.any(np.abs(advs) > ADV_ATOL):  # e.g. pi = pi_ref on a zero-advantage branch
+                continue
+            out.append(
+                make_datum(
+                    tokens.tolist(),
+                    logprobs.tolist(),
+                    advs.astype(np.float32).tolist(),
+                    vocab_size=self.vocab_size(),
+                    role="actor",
+                )
+            )
+        if timer is not None:
+            timer.add("reference", time.perf_counter() - t0)
+        return out, {
+            "kl/ref_k1_mean": k1_sum / n_tokens if n_tokens else math.nan,
+            "kl/anchored_tokens": float(n_tokens),
+        }
 
     def critic_datums(self, estimates: CriticEstimates, advantages: Sequence[float]) -> list[Datum]:
         """One Datum per critic sample with a non-zero advantage (prompt = context, completion = trained)."""

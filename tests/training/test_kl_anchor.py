@@ -1,0 +1,118 @@
+"""The KL anchor (``kl.coef``) in the trainers: which tokens it trains, its numbers, and its reference policy."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from trainer_doubles import ScriptedSampler, scripted_components, tiny_config
+
+from tempo_rl.training.grpo import GrpoTrainer
+from tempo_rl.training.tempo import TempoTrainer
+
+
+class _Reference(ScriptedSampler):
+    """A reference policy that gave every token logprob -1.25: k_t = -0.25 - (-1.25) = 1 nat per token."""
+
+    nominal_logprob = -1.25
+
+
+def _setup(*overrides: str, reference: bool = True):
+    cfg = tiny_config(*overrides)
+    comps, sampler, training = scripted_components(cfg, p_right=0.5, undecided=0.5)
+    if reference:
+        training.reference = _Reference(sampler.tokenizer)
+    trajectories: list = []
+    trainer = TempoTrainer(cfg, comps, write_trajectories=lambda recs: trajectories.extend(recs))
+    return trainer, training, trajectories
+
+
+def _sent(training, role: str) -> list:
+    return [
+        d for name, p in training.calls if name == "forward_backward" for d in p if d.tags.get("role") == role
+    ]
+
+
+def _sampled(datum) -> np.ndarray:
+    return np.asarray(datum.loss_fn_inputs["logprobs"]) != 0  # context tokens carry logprob 0
+
+
+def test_warmup_trains_every_episode_by_the_anchor_alone() -> None:
+    trainer, training, trajectories = _setup("tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1")
+    metrics = asyncio.run(trainer.warmup_update(0))
+    actor = _sent(training, "actor")
+    assert len(actor) == len(trajectories) == 8  # 2 games x 4 branches, one sequence each
+    for d in actor:
+        adv, sampled = np.asarray(d.loss_fn_inputs["advantages"]), _sampled(d)
+        assert np.allclose(adv[sampled], -0.1)  # A = 0 in warm-up; -beta * k = -0.1 * 1 nat
+        assert np.all(adv[~sampled] == 0.0)
+    assert metrics["kl/ref_k1_mean"] == pytest.approx(1.0)
+    assert metrics["kl/anchored_tokens"] == sum(int(_sampled(d).sum()) for d in actor)
+    assert metrics["train/actor_datums"] == 8
+    # the reference was saved once, when it was first needed, and is recorded for a resume
+    assert trainer.state.kl_reference == "memory://kl-reference"
+    assert [c for c in training.calls if c[0] == "save_state"] == [("save_state", "kl-reference")]
+
+
+def test_no_anchor_datum_while_the_policy_equals_its_reference() -> None:
+    trainer, training, _ = _setup(
+        "tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1", reference=False
+    )
+    metrics = asyncio.run(trainer.warmup_update(0))
+    assert _sent(training, "actor") == []  # k_t = 0 on every token and A = 0: nothing to send
+    assert metrics["kl/ref_k1_mean"] == 0.0 and metrics["kl/anchored_tokens"] > 0
+
+
+def test_warmup_without_the_anchor_stays_critic_only() -> None:
+    trainer, training, _ = _setup("tempo.warmup_updates=1", "tempo.td_updates=0")
+    metrics = asyncio.run(trainer.warmup_update(0))
+    assert _sent(training, "actor") == [] and "kl/ref_k1_mean" not in metrics
+    assert not [c for c in training.calls if c[0] == "save_state"]
+
+
+def test_td_advantages_are_the_branch_advantage_minus_beta_k_and_degenerate_groups_get_the_anchor() -> None:
+    common = ("tempo.warmup_updates=0", "tempo.td_updates=1", "tempo.fresh_share=1.0")
+    plain, plain_training, plain_traj = _setup(*common)
+    asyncio.run(plain.td_update(0))
+    anchored, training, traj = _setup(*common, "kl.coef=0.1")
+    metrics = asyncio.run(anchored.td_update(0))
+    assert [r["actions"] for r in traj] == [r["actions"] for r in plain_traj]  # the same rollouts
+    advantages = [r["advantage"] for r in traj]
+    actor = _sent(training, "actor")
+    assert len(actor) == len(traj) == 8  # zero-advantage branches are trained by the anchor too
+    for d, a in zip(actor, advantages):
+        adv, sampled = np.asarray(d.loss_fn_inputs["advantages"]), _sampled(d)
+        assert np.allclose(adv[sampled], a - 0.1)
+    assert len(_sent(plain_training, "actor")) == sum(abs(a) > 1e-12 for a in advantages)
+    assert metrics["kl/ref_k1_mean"] == pytest.approx(1.0)
+
+
+def test_grpo_applies_the_anchor_to_every_branch() -> None:
+    cfg = tiny_config(
+        'algorithm="grpo"', "grpo.updates=1", "grpo.games_per_batch=2", "grpo.group_size=4", "kl.coef=0.2"
+    )
+    comps, sampler, training = scripted_components(cfg, p_right=0.5)
+    training.reference = _Reference(sampler.tokenizer)
+    recs: list = []
+    metrics = asyncio.run(GrpoTrainer(cfg, comps, write_trajectories=lambda r: recs.extend(r)).update(0))
+    actor = _sent(training, "actor")
+    assert len(actor) == 8
+    for d, r in zip(actor, recs):
+        adv, sampled = np.asarray(d.loss_fn_inputs["advantages"]), _sampled(d)
+        assert np.allclose(adv[sampled], r["advantage"] - 0.2)
+    assert metrics["kl/ref_k1_mean"] == pytest.approx(1.0)
+
+
+def test_a_resumed_run_rebuilds_the_reference_from_its_saved_state_and_restores_the_current_one() -> None:
+    trainer, training, _ = _setup("kl.coef=0.1")
+    trainer.state.kl_reference = "memory://kl-reference"  # as a checkpoint written after RL began holds it
+    reference = trainer.reference_sampler()
+    assert isinstance(reference, _Reference)
+    assert training.calls == [
+        ("save_state", "kl-resume-current"),
+        ("load_state", "memory://kl-reference"),
+        ("save_weights", "kl-reference"),
+        ("load_state", "memory://kl-resume-current"),
+    ]
+    assert trainer.reference_sampler() is reference and len(training.calls) == 4  # built once
