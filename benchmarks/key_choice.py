@@ -27,6 +27,11 @@ state right after the first ``open door`` of a walkthrough whose key choice was 
 when it stayed locked. The RL arms' reward, 1 for the right digit, is the Brier critic reward
 ``-(V - G)^2`` shifted by 1 for V, G in {0, 1}; centring makes the two identical. ``--games-per-step G``
 (default 4) sets how many states (RL: x 4 samples) or examples / 4 (supervised) one optimiser step sees.
+
+``--init-state PATH --tokenizer DIR`` starts every arm from a trainer's saved local backend state instead of a
+fresh model (e.g. ``RUN/backend_states/kl-reference.pt``, the weights right after a run's supervised warm
+start, with ``RUN/tokenizer``; pass that run's ``--hidden-size`` / ``--num-layers``); the RL arms then skip
+their random-colour steps. It asks whether RL can move the decision from where the trainer's warm start left it.
 """
 
 from __future__ import annotations
@@ -147,6 +152,7 @@ def run_arm(
     vocab: int,
     steps: int,
     games_per_step: int = 4,
+    init_state: str | None = None,
 ) -> dict[str, Any]:
     """Train a fresh model with one arm; return the first step reaching 0.9 held-out accuracy and the final one."""
     import torch
@@ -160,6 +166,15 @@ def run_arm(
         num_heads=backend.num_heads,
         max_positions=4096,
     )
+    if init_state is not None:
+        try:
+            model.load_state_dict(torch.load(init_state, map_location="cpu", weights_only=True)["model"])
+        except (RuntimeError, KeyError) as exc:
+            raise SystemExit(
+                f"--init-state {init_state}: not a local backend state of this model size ({exc}); pass a "
+                "save_state file of the run with its --hidden-size / --num-layers and --tokenizer"
+            ) from None
+        model.eval()
     colours = sorted({target for _, target in train})
     rng = random.Random(0)
 
@@ -187,7 +202,7 @@ def run_arm(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    if arm != "sft":  # name a colour, but a random one
+    if arm != "sft" and init_state is None:  # name a colour, but a random one
         opt = adam(3e-3)
         for _ in range(60):
             batch = rng.sample(train, 16)
@@ -243,7 +258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hidden-size", type=int, default=None, help="model width (default: the main job's)")
     parser.add_argument("--num-layers", type=int, default=None, help="model depth (default: the main job's)")
     parser.add_argument("--quick", action="store_true", help="100 games, 10 steps per arm (a smoke run)")
+    parser.add_argument(
+        "--init-state", default=None, help="start from this saved local backend state (needs --tokenizer)"
+    )
+    parser.add_argument("--tokenizer", default=None, help="the tokenizer directory of --init-state's run")
     args = parser.parse_args(argv)
+    if (args.init_state is None) != (args.tokenizer is None):
+        parser.error("--init-state and --tokenizer go together: a run's backend state and its RUN/tokenizer")
     try:
         for arm in args.arms.split(","):
             arm_learning_rate(arm)
@@ -269,14 +290,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     cfg = load_config(DEFAULT_CONFIG, overrides)
     backend = parse_backend_config(dict(cfg.backend))
-    tokenizer = build_tokenizer(env_corpus(cfg), vocab_size=backend.vocab_size)
+    if args.tokenizer is not None:
+        from tempo_rl.backends.local.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(args.tokenizer)
+    else:
+        tokenizer = build_tokenizer(env_corpus(cfg), vocab_size=backend.vocab_size)
     n_train, steps = (100, 10) if args.quick else (2000, args.steps)
     make = critic_examples if args.role == "critic" else examples
     train = make(kwargs, range(n_train), tokenizer)
     test = make(kwargs, range(10**6, 10**6 + (50 if args.quick else 200)), tokenizer)
     t0 = time.perf_counter()
     arms = {
-        arm: run_arm(arm, train, test, backend, len(tokenizer), steps, args.games_per_step)
+        arm: run_arm(arm, train, test, backend, len(tokenizer), steps, args.games_per_step, args.init_state)
         for arm in args.arms.split(",")
     }
     figures = {
@@ -287,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "games_per_step": args.games_per_step,
         "hidden_size": backend.hidden_size,
         "num_layers": backend.num_layers,
+        "init_state": args.init_state,
         "train_games": n_train,
         "context_tokens_mean": round(sum(len(c) for c, _ in train) / len(train), 1),
         "arms": arms,
