@@ -44,13 +44,9 @@ class GrpoTrainer(MacroStepTrainer):
         returns = np.where(mask, returns, 0.0)
         adv = group_advantages(returns, mask=mask)
         degenerate = np.asarray(degenerate_groups(adv, mask=mask), dtype=bool)
-        anchor = self.config.kl.coef > 0  # then degenerate groups are trained by the KL anchor alone
+        # degenerate groups carry A_n = 0: no Datum, unless the KL anchor trains them
         kept = [
-            (b, float(adv[i, j]))
-            for i, row in enumerate(results)
-            if anchor or not degenerate[i]
-            for j, b in enumerate(row)
-            if mask[i, j]
+            (b, float(adv[i, j])) for i, row in enumerate(results) for j, b in enumerate(row) if mask[i, j]
         ]
         datums, kl_metrics = await self.anchored_actor_datums(
             [b for b, _ in kept], [a for _, a in kept], timer

@@ -308,7 +308,7 @@ class TempoTrainer(MacroStepTrainer):
         targets = [g for _, g in boundary]
         datums, critic_degenerate = self._critic_signals(estimates, targets)
         metrics = critic_metrics(estimates, targets)  # before the step: the error of the policy that sampled
-        if self.config.kl.coef > 0 and t.train_actor:  # the actor's episodes, trained by the anchor alone
+        if t.train_actor:  # advantage 0: the episodes' actor tokens are trained by the KL anchor alone, if on
             played = [b for row in results for b in row if b.end_reason != "error"]
             anchored, kl_metrics = await self.anchored_actor_datums(played, [0.0] * len(played), timer)
             datums.extend(anchored)
@@ -455,11 +455,10 @@ class TempoTrainer(MacroStepTrainer):
 
         datums: list[Datum] = []
         if t.train_actor:
-            anchor = self.config.kl.coef > 0  # then degenerate groups are trained by the anchor alone
+            # degenerate groups carry A_n = 0: no Datum, unless the KL anchor trains them
             kept = [
                 (b, float(actor_adv[i, j]))
                 for i, row in enumerate(results)
-                if has_branch[i] and (anchor or not degenerate[i])
                 for j, b in enumerate(row)
                 if mask[i, j]
             ]

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -415,26 +415,37 @@ class MacroStepTrainer(abc.ABC):
         logprob 0 / advantage 0; the sampled tokens carry their sampled logprobs and the branch advantage (the
         same for every sequence of the branch). Context after the last sampled token (the final observation
         turn) is cut: it carries no loss; a sequence without sampled tokens yields no Datum."""
-        out = []
+        return [
+            self._actor_datum(tokens, logprobs, np.where(mask, np.float32(adv), np.float32(0.0)), role=role)
+            for tokens, logprobs, mask, adv in self._trained_sequences(branches, advantages)
+            if abs(adv) > ADV_ATOL
+        ]
+
+    @staticmethod
+    def _trained_sequences(
+        branches: Sequence[BranchResult], advantages: Sequence[float]
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, float]]:
+        """``(tokens, sampled logprobs, sampled mask, A_n)`` of every token sequence of each branch with a finite
+        advantage, cut after its last sampled token; sequences without a sampled token are skipped."""
         for branch, adv in zip(branches, advantages):
-            if not math.isfinite(adv) or abs(adv) <= ADV_ATOL:
+            if not math.isfinite(adv):
                 continue
             for sequence in branch.sequences():
                 tokens, logprobs, mask = sequence.arrays()
-                if not mask.any():
-                    continue
-                end = int(np.flatnonzero(mask)[-1]) + 1
-                advs = np.where(mask, np.float32(adv), np.float32(0.0))
-                out.append(
-                    make_datum(
-                        tokens[:end].tolist(),
-                        logprobs[:end].tolist(),
-                        advs[:end].tolist(),
-                        vocab_size=self.vocab_size(),
-                        role=role,
-                    )
-                )
-        return out
+                if mask.any():
+                    end = int(np.flatnonzero(mask)[-1]) + 1
+                    yield tokens[:end], logprobs[:end], mask[:end], adv
+
+    def _actor_datum(
+        self, tokens: np.ndarray, logprobs: np.ndarray, advantages: np.ndarray, *, role: str = "actor"
+    ) -> Datum:
+        return make_datum(
+            tokens.tolist(),
+            logprobs.tolist(),
+            advantages.astype(np.float32).tolist(),
+            vocab_size=self.vocab_size(),
+            role=role,
+        )
 
     def reference_sampler(self) -> SamplingClient:
         """The KL anchor's reference policy (see :class:`~tempo_rl.training.config.KLConfig`).
@@ -479,15 +490,7 @@ class MacroStepTrainer(abc.ABC):
             return self.actor_datums(branches, advantages), {}
         t0 = time.perf_counter()
         reference = self.reference_sampler()
-        items: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
-        for branch, adv in zip(branches, advantages):
-            if not math.isfinite(adv):
-                continue
-            for sequence in branch.sequences():
-                tokens, logprobs, mask = sequence.arrays()
-                if mask.any():
-                    end = int(np.flatnonzero(mask)[-1]) + 1
-                    items.append((tokens[:end], logprobs[:end], mask[:end], adv))
+        items = list(self._trained_sequences(branches, advantages))
         ref_rows = await asyncio.gather(
             *(reference.compute_logprobs_async(tokens.tolist()) for tokens, _, _, _ in items)
         )
@@ -500,17 +503,8 @@ class MacroStepTrainer(abc.ABC):
             )
             k1_sum += float(np.sum(logprobs[mask] - ref[mask]))
             n_tokens += int(mask.sum())
-            if not np.any(np.abs(advs) > ADV_ATOL):  # e.g. pi = pi_ref on a zero-advantage branch
-                continue
-            out.append(
-                make_datum(
-                    tokens.tolist(),
-                    logprobs.tolist(),
-                    advs.astype(np.float32).tolist(),
-                    vocab_size=self.vocab_size(),
-                    role="actor",
-                )
-            )
+            if np.any(np.abs(advs) > ADV_ATOL):  # none when pi = pi_ref on a zero-advantage branch
+                out.append(self._actor_datum(tokens, logprobs, advs))
         if timer is not None:
             timer.add("reference", time.perf_counter() - t0)
         return out, {
