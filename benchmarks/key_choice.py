@@ -18,7 +18,8 @@ Arms (the same fresh model for each, the main job's width/depth/heads and tokeni
 Prints ONE JSON line: per arm, the first step whose held-out greedy accuracy reaches 0.9 (``null`` if none)
 and the final accuracy, plus the examples (labelled or sampled) seen by then. ``--layout main`` uses the main
 job's env (the sign a random number of rooms before the key room); ``--layout adjacent`` puts the sign in the
-room before the key room (``clue_gap = 0``, ``lock_gap = 0``). ``--quick``: fewer games and steps (a smoke run).
+room before the key room (``clue_gap = 0``, ``lock_gap = 0``); ``--layout clue_at_key`` also repeats it in the
+key room's own observation (``clue_at_key = true``). ``--quick``: fewer games and steps (a smoke run).
 
 ``--role critic`` asks the same of the *critic*: each example is the generative critic's real prompt (task,
 privileged layout, condensed history, rendered by ``GenerativeCritic.prompt_tokens`` as in the trainer) of the
@@ -50,6 +51,14 @@ from tempo_rl.training.run import DEFAULT_CONFIG
 LAYOUTS: dict[str, dict[str, Any]] = {
     "main": {"horizon": 16, "keys": 1, "colours": 2},
     "adjacent": {"horizon": 16, "keys": 1, "colours": 2, "clue_gap": 0, "lock_gap": 0},
+    "clue_at_key": {
+        "horizon": 16,
+        "keys": 1,
+        "colours": 2,
+        "clue_gap": 0,
+        "lock_gap": 0,
+        "clue_at_key": True,
+    },
 }
 
 Example = tuple[list[int], int]  # (context token ids, the right colour's token id)
@@ -282,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     kwargs = LAYOUTS[args.layout]
-    overrides = [f"env.kwargs.{k}={v}" for k, v in kwargs.items()]
+    overrides = [f"env.kwargs.{k}={json.dumps(v)}" for k, v in kwargs.items()]  # TOML: true, not True
     overrides += [
         f"backend.{k}={v}"
         for k, v in (("hidden_size", args.hidden_size), ("num_layers", args.num_layers))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -320,3 +321,36 @@ def test_keydoor_lock_gap_bad_values():
     for bad in (-1, 99, 1.5):
         with pytest.raises(ValueError, match="lock_gap"):
             KeyDoorEnv(horizon=16, keys=1, colours=2, clue_gap=0, lock_gap=bad)
+
+
+def test_keydoor_clue_at_key_repeats_the_sign_in_the_key_room_only():
+    for seed in range(10):
+        plain = KeyDoorEnv(horizon=24, keys=2, colours=3)
+        shown = KeyDoorEnv(horizon=24, keys=2, colours=3, clue_at_key=True)
+        texts = []
+        for env in (plain, shown):
+            obs = env.reset(seed)
+            run = [obs.text]
+            reward = 0.0
+            for action in env.walkthrough() or ():
+                result = env.step(action)
+                run.append(result.observation.text)
+                reward += result.reward
+            texts.append(run)
+            assert reward == 1.0  # the walkthrough still wins: only the text changed
+        assert plain.layout() == shown.layout()
+        clues = {r.lock: r.colour for r in shown.layout() if r.kind == "clue"}
+        for before, after in zip(*texts):
+            if "Keys here:" in after:
+                sign = re.search(r"A sign shows a (\w+) key\. Keys here:", after)
+                assert sign is not None and sign.group(1) in clues.values()
+                assert after.replace(sign.group(0), "Keys here:") == before
+            else:
+                assert after == before
+        # each key room names its own lock's colour
+        rooms = shown.layout()
+        for i in range(shown.keys):
+            key = next(r for r in rooms if r.kind == "key" and r.lock == i)
+            assert key.colour == clues[i]
+    with pytest.raises(ValueError, match="clue_at_key"):
+        KeyDoorEnv(horizon=16, clue_at_key="yes")  # type: ignore[arg-type]

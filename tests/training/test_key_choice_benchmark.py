@@ -97,3 +97,30 @@ def test_key_choice_benchmark_starts_from_a_saved_backend_state(tmp_path) -> Non
         cwd=REPO,
     )
     assert done.returncode == 2 and "--init-state and --tokenizer go together" in done.stderr
+
+
+@pytest.mark.torch
+def test_key_choice_clue_at_key_layout_shows_the_sign_in_the_key_rooms_observation() -> None:
+    pytest.importorskip("transformers", reason="the local tokenizer")
+    import importlib.util
+
+    from benchmark_runs import REPO
+
+    from tempo_rl.backends.local.tokenizer import build_tokenizer
+    from tempo_rl.training.config import load_config
+    from tempo_rl.training.run import DEFAULT_CONFIG, env_corpus
+
+    spec = importlib.util.spec_from_file_location("key_choice", REPO / "benchmarks" / "key_choice.py")
+    assert spec is not None and spec.loader is not None
+    key_choice = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(key_choice)
+    layout = key_choice.LAYOUTS["clue_at_key"]
+    cfg = load_config(DEFAULT_CONFIG, [f"env.kwargs.{k}={str(v).lower()}" for k, v in layout.items()])
+    tokenizer = build_tokenizer(env_corpus(cfg, games=8), vocab_size=1024)
+    for name, shown in (("clue_at_key", True), ("adjacent", False)):
+        for context, target in key_choice.examples(key_choice.LAYOUTS[name], range(5), tokenizer):
+            text = tokenizer.decode(context)
+            key_room = text[text.rindex("Room 2 of") :]  # the key room's observation, up to `take`
+            colour = tokenizer.decode([target]).strip()
+            assert (f"A sign shows a {colour} key. Keys here:" in key_room) is shown
+            assert text.rstrip().endswith("take")

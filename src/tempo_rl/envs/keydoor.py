@@ -9,7 +9,8 @@ The agent walks a corridor of rooms to the exit. Along the way, for each of ``ke
   the agent carries the key of the colour its clue showed (the key is used up), else ``"The door stays
   locked."`` and the corridor beyond is unreachable.
 
-The lock never names its colour, so the clue must be remembered from the sign until the key choice, and a
+The lock never names its colour, so the clue must be remembered from the sign until the key choice (unless
+``clue_at_key`` repeats it in the key room), and a
 wrong (or skipped-and-forgotten) choice early in the episode makes success impossible many steps later;
 nothing says "you lost": the episode simply runs to its step limit. Reward is 1 only on leaving through the
 exit (``terminated=True``); reaching ``horizon`` steps first gives ``truncated=True`` and reward 0. The
@@ -76,6 +77,10 @@ class KeyDoorEnv(ReplayableEnv):
             key choice's consequence (``"The door stays locked."``) appear a few steps after the choice while
             the reward still comes only at the far exit: the regime where a critic can credit the choice long
             before the episode ends.
+        clue_at_key: the key room repeats its clue's sign (``"A sign shows a blue key. Keys here: red,
+            blue."``), so the key choice needs no memory across observations; its consequence is still delayed
+            (the lock and the exit come later). A curriculum knob for small models, like ``clue_gap``.
+            Default ``False``.
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class KeyDoorEnv(ReplayableEnv):
         colours: int = 3,
         clue_gap: int | None = None,
         lock_gap: int | None = None,
+        clue_at_key: bool = False,
     ) -> None:
         if not isinstance(horizon, int) or not 12 <= horizon <= 200:
             raise ValueError(f"horizon must be an int in 12..200, got {horizon!r}")
@@ -115,11 +121,14 @@ class KeyDoorEnv(ReplayableEnv):
                 f"lock_gap must be None or an int in 0..{plain - fixed} for horizon {horizon}, {keys} keys and "
                 f"clue_gap {clue_gap}, got {lock_gap!r}"
             )
+        if not isinstance(clue_at_key, bool):
+            raise ValueError(f"clue_at_key must be true or false, got {clue_at_key!r}")
         self.horizon = horizon
         self.keys = keys
         self.colours = colours
         self.clue_gap = clue_gap
         self.lock_gap = lock_gap
+        self.clue_at_key = clue_at_key
         self._plain = plain
         self._seed: int | None = None
         self._rooms: tuple[Room, ...] = ()
@@ -180,7 +189,10 @@ class KeyDoorEnv(ReplayableEnv):
         if room.kind == "clue":
             return f"A sign shows a {room.colour} key."
         if room.kind == "key":
-            return "An empty key rack." if self._taken[index] else f"Keys here: {', '.join(room.offered)}."
+            if self._taken[index]:
+                return "An empty key rack."
+            sign = f"A sign shows a {room.colour} key. " if self.clue_at_key else ""
+            return f"{sign}Keys here: {', '.join(room.offered)}."
         if room.kind == "lock":
             return "An open door." if self._opened[index] else "A locked door."
         if room.kind == "exit":
