@@ -116,3 +116,44 @@ def test_a_resumed_run_rebuilds_the_reference_from_its_saved_state_and_restores_
         ("load_state", "memory://kl-resume-current"),
     ]
     assert trainer.reference_sampler() is reference and len(training.calls) == 4  # built once
+
+
+class _FlakyReference(ScriptedSampler):
+    """A reference whose every other call fails (after the client's retries) and the rest answer NaN or 1 nat."""
+
+    nominal_logprob = -1.25
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(tokenizer)
+        self.calls = 0
+
+    def compute_logprobs(self, tokens):
+        self.calls += 1
+        if self.calls % 2:
+            raise TimeoutError("reference compute_logprobs timed out")
+        if self.calls % 4 == 0:
+            return [None] + [float("nan")] * (len(tokens) - 1)
+        return super().compute_logprobs(tokens)
+
+
+def test_a_failing_reference_call_drops_that_sequence_only_and_is_counted() -> None:
+    trainer, training, trajectories = _setup("tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1")
+    training.reference = _FlakyReference(training.reference.tokenizer)
+    metrics = asyncio.run(trainer.warmup_update(0))  # the update completes
+    actor = _sent(training, "actor")
+    assert len(trajectories) == 8 and training.reference.calls == 8
+    # calls 1, 3, 5, 7 raise and calls 4, 8 answer NaN: 6 sequences dropped, calls 2 and 6 trained
+    assert metrics["kl/reference_failures"] == 6 and len(actor) == 2
+    for d in actor:
+        adv, sampled = np.asarray(d.loss_fn_inputs["advantages"]), _sampled(d)
+        assert np.allclose(adv[sampled], -0.1)
+    assert metrics["kl/anchored_tokens"] == sum(int(_sampled(d).sum()) for d in actor)
+    assert metrics["kl/ref_k1_mean"] == pytest.approx(1.0)
+    # the two kept sequences are trained exactly as with a healthy reference (its 2nd and 6th sequences)
+    healthy, healthy_training, _ = _setup("tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1")
+    healthy_metrics = asyncio.run(healthy.warmup_update(0))
+    assert healthy_metrics["kl/reference_failures"] == 0
+    expected = [_sent(healthy_training, "actor")[i] for i in (1, 5)]
+    assert [d.model_input for d in actor] == [d.model_input for d in expected]
+    for got, want in zip(actor, expected):
+        assert np.array_equal(got.loss_fn_inputs["advantages"], want.loss_fn_inputs["advantages"])

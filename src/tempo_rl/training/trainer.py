@@ -483,7 +483,9 @@ class MacroStepTrainer(abc.ABC):
         from :meth:`reference_sampler`'s ``compute_logprobs``. Metrics: ``kl/ref_k1_mean``, the mean of
         ``log pi(a_t) - log pi_ref(a_t)`` over those tokens (nats per token; it estimates KL(pi || pi_ref)),
         and ``kl/anchored_tokens``. A sequence whose advantages all vanish (pi = pi_ref on a zero-advantage
-        branch) yields no Datum. With ``kl.coef = 0`` this is :meth:`actor_datums` and no metric.
+        branch) yields no Datum. A sequence whose reference call fails (after the client's own retries) or
+        returns no finite logprob for a sampled token is dropped and counted in ``kl/reference_failures``; the
+        update goes on. With ``kl.coef = 0`` this is :meth:`actor_datums` and no metric.
         """
         coef = self.config.kl.coef
         if coef <= 0:
@@ -492,12 +494,21 @@ class MacroStepTrainer(abc.ABC):
         reference = self.reference_sampler()
         items = list(self._trained_sequences(branches, advantages))
         ref_rows = await asyncio.gather(
-            *(reference.compute_logprobs_async(tokens.tolist()) for tokens, _, _, _ in items)
+            *(reference.compute_logprobs_async(tokens.tolist()) for tokens, _, _, _ in items),
+            return_exceptions=True,
         )
         out: list[Datum] = []
-        k1_sum, n_tokens = 0.0, 0
+        k1_sum, n_tokens, failures = 0.0, 0, 0
         for (tokens, logprobs, mask, adv), row in zip(items, ref_rows):
+            if isinstance(row, BaseException):
+                if not isinstance(row, Exception):  # cancellation, interrupts: not a fault of this sequence
+                    raise row
+                failures += 1
+                continue
             ref = np.asarray([np.nan if x is None else x for x in row], dtype=np.float64)
+            if ref.shape != (len(tokens),) or not np.all(np.isfinite(ref[mask])):
+                failures += 1
+                continue
             advs = kl_penalized_advantages(
                 np.full(len(tokens), adv), logprobs.astype(np.float64), ref, coef=coef, mask=mask
             )
@@ -510,6 +521,7 @@ class MacroStepTrainer(abc.ABC):
         return out, {
             "kl/ref_k1_mean": k1_sum / n_tokens if n_tokens else math.nan,
             "kl/anchored_tokens": float(n_tokens),
+            "kl/reference_failures": float(failures),
         }
 
     def critic_datums(self, estimates: CriticEstimates, advantages: Sequence[float]) -> list[Datum]:
