@@ -48,17 +48,11 @@ from typing import Any
 
 from tempo_rl.training.run import DEFAULT_CONFIG
 
+_ADJACENT: dict[str, Any] = {"horizon": 16, "keys": 1, "colours": 2, "clue_gap": 0, "lock_gap": 0}
 LAYOUTS: dict[str, dict[str, Any]] = {
     "main": {"horizon": 16, "keys": 1, "colours": 2},
-    "adjacent": {"horizon": 16, "keys": 1, "colours": 2, "clue_gap": 0, "lock_gap": 0},
-    "clue_at_key": {
-        "horizon": 16,
-        "keys": 1,
-        "colours": 2,
-        "clue_gap": 0,
-        "lock_gap": 0,
-        "clue_at_key": True,
-    },
+    "adjacent": _ADJACENT,
+    "clue_at_key": {**_ADJACENT, "clue_at_key": True},
 }
 
 Example = tuple[list[int], int]  # (context token ids, the right colour's token id)

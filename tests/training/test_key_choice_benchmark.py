@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+from types import ModuleType
+
 import pytest
-from benchmark_runs import run_benchmark
+from benchmark_runs import REPO, run_benchmark
+
+
+def _key_choice_module() -> ModuleType:
+    """``benchmarks/key_choice.py`` imported as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("key_choice", REPO / "benchmarks" / "key_choice.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow
@@ -41,11 +54,8 @@ def test_key_choice_benchmark_critic_role_quick() -> None:
 @pytest.mark.torch
 def test_key_choice_benchmark_starts_from_a_saved_backend_state(tmp_path) -> None:
     torch = pytest.importorskip("torch", reason="the benchmark trains a local-backend model (torch)")
-    import importlib.util
     import subprocess
     import sys
-
-    from benchmark_runs import REPO
 
     from tempo_rl.backends.local.model import build_tiny_model
     from tempo_rl.backends.local.tokenizer import build_tokenizer
@@ -73,10 +83,7 @@ def test_key_choice_benchmark_starts_from_a_saved_backend_state(tmp_path) -> Non
     assert figures["init_state"] == str(state)
     # the RL arm starts from exactly this model (no random-colour steps): its greedy accuracy on the held-out
     # games of a quick run
-    spec = importlib.util.spec_from_file_location("key_choice", REPO / "benchmarks" / "key_choice.py")
-    assert spec is not None and spec.loader is not None
-    key_choice = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(key_choice)
+    key_choice = _key_choice_module()
     held_out = key_choice.examples(key_choice.LAYOUTS["adjacent"], range(10**6, 10**6 + 50), tokenizer)
     with torch.no_grad():
         right = [int(model(input_ids=torch.tensor([c])).logits[0, -1].argmax()) == t for c, t in held_out]
@@ -102,20 +109,13 @@ def test_key_choice_benchmark_starts_from_a_saved_backend_state(tmp_path) -> Non
 @pytest.mark.torch
 def test_key_choice_clue_at_key_layout_shows_the_sign_in_the_key_rooms_observation() -> None:
     pytest.importorskip("transformers", reason="the local tokenizer")
-    import importlib.util
-
-    from benchmark_runs import REPO
-
     from tempo_rl.backends.local.tokenizer import build_tokenizer
     from tempo_rl.training.config import load_config
     from tempo_rl.training.run import DEFAULT_CONFIG, env_corpus
 
-    spec = importlib.util.spec_from_file_location("key_choice", REPO / "benchmarks" / "key_choice.py")
-    assert spec is not None and spec.loader is not None
-    key_choice = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(key_choice)
+    key_choice = _key_choice_module()
     layout = key_choice.LAYOUTS["clue_at_key"]
-    cfg = load_config(DEFAULT_CONFIG, [f"env.kwargs.{k}={str(v).lower()}" for k, v in layout.items()])
+    cfg = load_config(DEFAULT_CONFIG, [f"env.kwargs.{k}={json.dumps(v)}" for k, v in layout.items()])
     tokenizer = build_tokenizer(env_corpus(cfg, games=8), vocab_size=1024)
     for name, shown in (("clue_at_key", True), ("adjacent", False)):
         for context, target in key_choice.examples(key_choice.LAYOUTS[name], range(5), tokenizer):
