@@ -339,7 +339,12 @@ class RunConfig(_Model):
     seed: int = 0
     checkpoint_every: int = Field(default=1, ge=1, description="updates between checkpoints")
     save_trajectories: bool = True
-    eval_every: int = Field(default=0, ge=0, description="updates between evaluations (0 = never)")
+    eval_every: int = Field(
+        default=0,
+        ge=0,
+        description="updates between evaluations (0 = never); evaluation samples with a seed of its own "
+        "(from run.seed and the updates done), so it leaves the training samples unchanged",
+    )
     eval_episodes: int = Field(default=16, ge=1, description="evaluation games (env.eval_seed_start + j)")
     console: bool = True
     swanlab: bool = False

@@ -481,8 +481,8 @@ def train_run(
     )
 
     def checkpoint_now(t: MacroStepTrainer) -> None:
-        # the live RNG may have moved since the last update (warm start, initial evaluation draw sampling
-        # seeds from it): save where it is now, or a resume would replay those draws
+        # the live RNG may have moved since the last update (the warm start draws demonstrations and their
+        # order from it): save where it is now, or a resume would replay those draws
         t.state.rng_state = dict(t.rng.bit_generator.state)
         save_checkpoint(
             run_path,

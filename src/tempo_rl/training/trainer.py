@@ -43,6 +43,8 @@ __all__ = ["MacroStepTrainer", "StartState", "TrainerComponents", "TrainerState"
 
 #: Advantages at or below this magnitude carry no gradient: such Datums are not sent.
 ADV_ATOL = 1e-12
+#: Mixed into the evaluation seed (see :meth:`MacroStepTrainer.eval_seed`): a stream of its own, apart from run.seed.
+_EVAL_STREAM = 0x4556414C
 
 
 @dataclass
@@ -199,7 +201,11 @@ class MacroStepTrainer(abc.ABC):
             metrics["time/update_seconds"] = time.perf_counter() - t0
             if self._should_eval(self.state.update + 1):
                 t1 = time.perf_counter()
-                metrics.update(asyncio.run(self.evaluate(self.config.run.eval_episodes)))
+                metrics.update(
+                    asyncio.run(
+                        self.evaluate(self.config.run.eval_episodes, updates_done=self.state.update + 1)
+                    )
+                )
                 metrics["time/eval_seconds"] = time.perf_counter() - t1
             metrics["train/policy_version"] = float(self.state.policy_version)
             metrics.update(self.reliability_metrics())
@@ -233,20 +239,28 @@ class MacroStepTrainer(abc.ABC):
         """Evaluation before the first update (logged at step 0), when evaluation is enabled."""
         if self.config.run.eval_every <= 0:
             return {}
-        return asyncio.run(self.evaluate(self.config.run.eval_episodes))
+        return asyncio.run(self.evaluate(self.config.run.eval_episodes, updates_done=0))
 
     # ---------------------------------------------------------------------------------------------- starts
 
-    def sampling_params(self, *, temperature: float | None = None) -> SamplingParams:
-        """The actor's sampling parameters, with a fresh seed from the trainer RNG (reproducible runs)."""
+    def sampling_params(self, *, temperature: float | None = None, seed: int | None = None) -> SamplingParams:
+        """The actor's sampling parameters; ``seed`` defaults to a fresh draw from the trainer RNG (reproducible
+        runs)."""
         s = self.config.sampling
         return SamplingParams(
             max_tokens=s.max_tokens,
             temperature=s.temperature if temperature is None else temperature,
             top_p=s.top_p,
-            seed=int(self.rng.integers(0, 2**31 - 1)),
+            seed=int(self.rng.integers(0, 2**31 - 1)) if seed is None else seed,
             stop=self.stop_tokens(),
         )
+
+    def eval_seed(self, updates_done: int) -> int:
+        """The sampling seed of the evaluation after ``updates_done`` updates: a function of ``run.seed`` and
+        ``updates_done`` alone, so evaluating never draws from the trainer RNG. How often a run evaluates
+        therefore leaves its training samples unchanged, and a resumed run evaluates as an uninterrupted one."""
+        entropy = [self.config.run.seed, _EVAL_STREAM, updates_done]
+        return int(np.random.SeedSequence(entropy).generate_state(1)[0] & 0x7FFFFFFF)
 
     def stop_tokens(self) -> tuple[int, ...] | None:
         """Stop token ids of one assistant turn (the tokenizer's EOS), when known."""
@@ -333,12 +347,13 @@ class MacroStepTrainer(abc.ABC):
     # ---------------------------------------------------------------------------------------------- rollout
 
     def rollout_settings(
-        self, *, segment_rounds: int | None, temperature: float | None = None
+        self, *, segment_rounds: int | None, temperature: float | None = None, seed: int | None = None
     ) -> RolloutSettings:
-        """Rollout settings from the config; ``segment_rounds=None`` plays full episodes."""
+        """Rollout settings from the config; ``segment_rounds=None`` plays full episodes; ``seed`` as in
+        :meth:`sampling_params`."""
         s = self.config.sampling
         return RolloutSettings(
-            sampling=self.sampling_params(temperature=temperature),
+            sampling=self.sampling_params(temperature=temperature, seed=seed),
             max_rounds=self.config.tempo.max_rounds,
             segment_rounds=segment_rounds,
             max_trajectory_tokens=s.max_trajectory_tokens,
@@ -621,16 +636,21 @@ class MacroStepTrainer(abc.ABC):
 
     # ---------------------------------------------------------------------------------------------- eval
 
-    async def evaluate(self, episodes: int) -> dict[str, float]:
+    async def evaluate(self, episodes: int, *, updates_done: int | None = None) -> dict[str, float]:
         """Success of the current policy on the first ``episodes`` evaluation games (full episodes, one branch
-        each, at ``sampling.eval_temperature``). Does not move the training data cursor."""
+        each, at ``sampling.eval_temperature``, sampled with :meth:`eval_seed` of ``updates_done``, default
+        ``state.update``). Moves neither the training data cursor nor the trainer RNG."""
         env_cfg = self.config.env
         games = [env_cfg.eval_game(j) for j in range(min(episodes, env_cfg.num_eval_seeds))]
         starts, _failed = await self.fresh_starts(1, games)
         try:
             results, stats = await self.rollout(
                 starts,
-                self.rollout_settings(segment_rounds=None, temperature=self.config.sampling.eval_temperature),
+                self.rollout_settings(
+                    segment_rounds=None,
+                    temperature=self.config.sampling.eval_temperature,
+                    seed=self.eval_seed(self.state.update if updates_done is None else updates_done),
+                ),
             )
         finally:
             self.close_envs(starts)
