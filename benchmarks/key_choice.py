@@ -16,7 +16,10 @@ Arms (the same fresh model for each, the main job's width/depth/heads and tokeni
   and of a TEMPO macro-step whose endpoint value is exact).
 
 Prints ONE JSON line: per arm, the first step whose held-out greedy accuracy reaches 0.9 (``null`` if none)
-and the final accuracy, plus the examples (labelled or sampled) seen by then. ``--layout main`` uses the main
+and the final accuracy, plus the examples (labelled or sampled) seen by then, and what the arm costs the rest
+of the actor: ``walk_accuracy_start`` / ``_final``, the teacher-forced greedy accuracy on every other tool-call
+token of 64 held-out expert walkthroughs (1.0 for a warm-started actor that walks; near 0 for a fresh model),
+before and after the arm's training. ``--layout main`` uses the main
 job's env (the sign a random number of rooms before the key room); ``--layout adjacent`` puts the sign in the
 room before the key room (``clue_gap = 0``, ``lock_gap = 0``); ``--layout clue_at_key`` also repeats it in the
 key room's own observation (``clue_at_key = true``). ``--quick``: fewer games and steps (a smoke run).
@@ -103,35 +106,80 @@ def critic_examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any
     return out
 
 
-def examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any) -> list[Example]:
-    """The actor's context at the key choice, up to and including ``take``, and the right colour token."""
+#: ``actor_demo`` mask values: context (no loss), a tool-call token of the walk, the key choice's colour token.
+CONTEXT, WALK, COLOUR = 0, 1, 2
+
+
+def actor_demo(kwargs: dict[str, Any], seed: int, tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The actor's whole token sequence of the expert walkthrough of game ``seed`` as the trainer renders it
+    (``state.tokens == prompt + completion + appended`` after every turn), with a mask of the same length:
+    ``WALK`` on every token of every tool call and its EOS except the key choice's colour, ``COLOUR`` on that
+    token, ``CONTEXT`` elsewhere."""
     from tempo_rl.envs.keydoor import KeyDoorEnv
     from tempo_rl.rollout.renderer import ChatRenderer
     from tempo_rl.rollout.tool_call import format_tool_call
     from tempo_rl.training.rollout import OBSERVATION_ROLE, build_actor_messages, format_observation
 
     chat = ChatRenderer(tokenizer)
+    env = KeyDoorEnv(**kwargs)
+    obs = env.reset(seed)
+    state = chat.start(build_actor_messages(obs, tool_name="env_step", remaining_steps=None))
+    tokens = list(state.tokens)
+    mask = [CONTEXT] * len(tokens)
+    for action in env.walkthrough() or ():
+        call = [*tokenizer.encode(format_tool_call(action, "env_step"), add_special_tokens=False)]
+        call.append(tokenizer.eos_token_id)
+        call_mask = [WALK] * len(call)
+        if action.startswith("take "):
+            call_mask[call.index(tokenizer.encode(" " + action.split()[1], add_special_tokens=False)[0])] = (
+                COLOUR
+            )
+        result = env.step(action)
+        text = format_observation(result.observation, remaining_steps=None)
+        ext = chat.extend(state, call, [{"role": OBSERVATION_ROLE, "content": text}])
+        if ext.restarted:
+            raise RuntimeError(
+                f"the chat template restarted the history ({ext.reason}); this benchmark needs one"
+            )
+        tokens += [*call, *ext.appended]
+        mask += [*call_mask, *[CONTEXT] * len(ext.appended)]
+        state = ext.state
+        if result.terminated or result.truncated:
+            break
+    return tokens, mask
+
+
+def examples(kwargs: dict[str, Any], seeds: Sequence[int], tokenizer: Any) -> list[Example]:
+    """The actor's context at the key choice, up to and including ``take`` (every earlier turn with its tool
+    call, as in the trainer), and the right colour token."""
     out: list[Example] = []
     for seed in seeds:
-        env = KeyDoorEnv(**kwargs)
-        obs = env.reset(seed)
-        state = chat.start(build_actor_messages(obs, tool_name="env_step", remaining_steps=None))
-        tokens = list(state.tokens)
-        for action in env.walkthrough() or ():
-            call = list(tokenizer.encode(format_tool_call(action, "env_step"), add_special_tokens=False))
-            if action.startswith("take "):
-                colour = tokenizer.encode(" " + action.split()[1], add_special_tokens=False)
-                cut = call.index(colour[0])
-                out.append((tokens + call[:cut], colour[0]))
-                break
-            result = env.step(action)
-            text = format_observation(result.observation, remaining_steps=None)
-            ext = chat.extend(
-                state, [*call, tokenizer.eos_token_id], [{"role": OBSERVATION_ROLE, "content": text}]
-            )
-            tokens += list(ext.appended)
-            state = ext.state
+        tokens, mask = actor_demo(kwargs, seed, tokenizer)
+        cut = mask.index(COLOUR)
+        out.append((tokens[:cut], tokens[cut]))
     return out
+
+
+def walk_accuracy(model: Any, demos: Sequence[tuple[list[int], list[int]]]) -> float:
+    """Teacher-forced greedy accuracy of ``model`` on the ``WALK`` tokens of ``demos`` (see :func:`actor_demo`):
+    the share of the walkthroughs' tool-call tokens, the key colour excluded, that are the model's argmax given
+    the true sequence before them. 1.0 for a warm-started actor that walks; it measures what a decision-only
+    update costs the rest of the actor's behaviour."""
+    import torch
+
+    right = total = 0
+    with torch.no_grad():
+        for tokens, mask in demos:
+            ids = torch.tensor([tokens])
+            logits = model(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                position_ids=torch.arange(len(tokens))[None],
+            ).logits[0, :-1]
+            walk = torch.tensor(mask[1:]) == WALK
+            right += int((logits.argmax(-1) == ids[0, 1:])[walk].sum())
+            total += int(walk.sum())
+    return right / total if total else math.nan
 
 
 def arm_learning_rate(arm: str) -> float:
@@ -156,8 +204,10 @@ def run_arm(
     steps: int,
     games_per_step: int = 4,
     init_state: str | None = None,
+    demos: Sequence[tuple[list[int], list[int]]] = (),
 ) -> dict[str, Any]:
-    """Train a fresh model with one arm; return the first step reaching 0.9 held-out accuracy and the final one."""
+    """Train a fresh model with one arm; return the first step reaching 0.9 held-out accuracy and the final one,
+    and the :func:`walk_accuracy` on ``demos`` after the arm's start (and random-colour steps) and at its end."""
     import torch
 
     from tempo_rl.backends.local.model import build_tiny_model
@@ -216,6 +266,7 @@ def run_arm(
                 ),
             )
     start_accuracy = accuracy()
+    walk_start = walk_accuracy(model, demos) if demos else None
     lr = arm_learning_rate(arm)
     opt = adam(lr)
     reached: int | None = None
@@ -244,6 +295,8 @@ def run_arm(
         "steps_to_0.9": reached,
         "examples_to_0.9": None if reached is None else reached * per_step,
         "steps": steps,
+        "walk_accuracy_start": None if walk_start is None else round(walk_start, 3),
+        "walk_accuracy_final": round(walk_accuracy(model, demos), 3) if demos else None,
     }
 
 
@@ -303,9 +356,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     make = critic_examples if args.role == "critic" else examples
     train = make(kwargs, range(n_train), tokenizer)
     test = make(kwargs, range(10**6, 10**6 + (50 if args.quick else 200)), tokenizer)
+    demos = [
+        actor_demo(kwargs, seed, tokenizer)
+        for seed in range(2 * 10**6, 2 * 10**6 + (8 if args.quick else 64))
+    ]
     t0 = time.perf_counter()
     arms = {
-        arm: run_arm(arm, train, test, backend, len(tokenizer), steps, args.games_per_step, args.init_state)
+        arm: run_arm(
+            arm, train, test, backend, len(tokenizer), steps, args.games_per_step, args.init_state, demos
+        )
         for arm in args.arms.split(",")
     }
     figures = {

@@ -124,3 +124,62 @@ def test_key_choice_clue_at_key_layout_shows_the_sign_in_the_key_rooms_observati
             colour = tokenizer.decode([target]).strip()
             assert (f"A sign shows a {colour} key. Keys here:" in key_room) is shown
             assert text.rstrip().endswith("take")
+
+
+@pytest.mark.torch
+def test_actor_contexts_hold_every_earlier_tool_call_and_walk_accuracy_scores_the_rest_of_the_walk() -> None:
+    torch = pytest.importorskip("torch", reason="walk_accuracy runs a model")
+    from types import SimpleNamespace
+
+    from tempo_rl.backends.local.tokenizer import build_tokenizer
+    from tempo_rl.envs.keydoor import KeyDoorEnv
+    from tempo_rl.training.config import load_config
+    from tempo_rl.training.run import DEFAULT_CONFIG, env_corpus
+
+    key_choice = _key_choice_module()
+    layout = key_choice.LAYOUTS["adjacent"]
+    cfg = load_config(DEFAULT_CONFIG, [f"env.kwargs.{k}={json.dumps(v)}" for k, v in layout.items()])
+    tokenizer = build_tokenizer(env_corpus(cfg, games=8), vocab_size=1024)
+    demos = [key_choice.actor_demo(layout, seed, tokenizer) for seed in range(4)]
+    for seed, ((tokens, mask), (context, target)) in enumerate(
+        zip(demos, key_choice.examples(layout, range(4), tokenizer))
+    ):
+        env = KeyDoorEnv(**layout)
+        env.reset(seed)
+        plan = list(env.walkthrough() or ())
+        take = next(i for i, a in enumerate(plan) if a.startswith("take "))
+        # the context is the demo up to the colour, and holds each earlier turn's tool call, as in the trainer
+        assert len(tokens) == len(mask) and mask.count(key_choice.COLOUR) == 1
+        assert (context, target) == (
+            tokens[: mask.index(key_choice.COLOUR)],
+            tokens[mask.index(key_choice.COLOUR)],
+        )
+        text = tokenizer.decode(context)
+        # the turns only: the system prompt shows the call format too
+        text = text[text.index("<|im_start|>assistant") :]
+        assert text.count("<parameter=action>") == take + 1
+        assert text.count("<parameter=action>go on</parameter>") == plan[:take].count("go on") > 0
+        # WALK marks every tool-call token but the colour: one EOS per turn, every action word
+        walk = [t for t, m in zip(tokens, mask) if m == key_choice.WALK]
+        assert walk.count(tokenizer.eos_token_id) == len(plan)
+        assert tokenizer.decode([t for t in walk if t != tokenizer.eos_token_id]).count(
+            "<parameter=action>"
+        ) == len(plan)
+
+    def model_predicting(pick):  # logits whose argmax at position i is pick(tokens, i)
+        def run(input_ids, attention_mask, position_ids):
+            ids = input_ids[0].tolist()
+            logits = torch.zeros(1, len(ids), len(tokenizer))
+            for i in range(len(ids)):
+                logits[0, i, pick(ids, i)] = 1.0
+            return SimpleNamespace(logits=logits)
+
+        return run
+
+    oracle = model_predicting(lambda ids, i: ids[i + 1] if i + 1 < len(ids) else 0)
+    assert key_choice.walk_accuracy(oracle, demos) == 1.0
+    colours = {tokens[mask.index(key_choice.COLOUR)] for tokens, mask in demos}
+    only_colours = model_predicting(  # right exactly where the next token is a colour: the walk scores 0
+        lambda ids, i: ids[i + 1] if i + 1 < len(ids) and ids[i + 1] in colours else 0
+    )
+    assert key_choice.walk_accuracy(only_colours, demos) == 0.0
