@@ -11,10 +11,10 @@ The agent walks a corridor of rooms to the exit. Along the way, for each of ``ke
 
 The lock never names its colour, so the clue must be remembered from the sign until the key choice (unless
 ``clue_at_key`` repeats it in the key room), and a wrong (or skipped-and-forgotten) choice early in the episode
-makes success impossible many steps later; nothing says "you lost": the episode simply runs to its step limit. Reward is 1 only on leaving through the
-exit (``terminated=True``); reaching ``horizon`` steps first gives ``truncated=True`` and reward 0. The
-horizon is a parameter; the corridor is sized so that the expert walkthrough takes about ``horizon - max(3,
-horizon // 8)`` steps, so there is little slack for detours.
+makes success impossible many steps later; nothing says "you lost": the episode simply runs to its step limit.
+Reward is 1 only on leaving through the exit (``terminated=True``); reaching ``horizon`` steps first gives
+``truncated=True`` and reward 0. The horizon is a parameter; the corridor is sized so that the expert
+walkthrough takes about ``horizon - max(3, horizon // 8)`` steps, so there is little slack for detours.
 
 Actions (2 words): ``go on``, ``go back``, ``take <colour>``, ``open door``. Anything else -> ``"Nothing
 happens."`` (a step is still used). Observations are short templated sentences (< 40 words): the step
