@@ -10,6 +10,7 @@ from trainer_doubles import ScriptedSampler, scripted_components, tiny_config
 
 from tempo_rl.backends.types import SampleResult, SamplingParams
 from tempo_rl.rollout.renderer import ChatRenderer
+from tempo_rl.rollout.tool_call import format_tool_call
 from tempo_rl.training.rollout import INVALID_ACTION, RolloutSettings, run_branches
 from tempo_rl.training.tempo import TempoTrainer
 
@@ -164,3 +165,35 @@ def test_run_branches_checks_its_arguments() -> None:
                 parser=comps.parser,
             )
         )
+
+
+class ThreeKinds(ScriptedSampler):
+    """Turn 1 a valid admissible call, turn 2 an unreadable one, turn 3 a readable but inadmissible one."""
+
+    def _answer(self, prompt_text: str, rng) -> str:
+        turn = prompt_text.count("Actions: ")
+        return {1: format_tool_call("go on"), 2: "I think I should go on"}.get(
+            turn, format_tool_call("dance")
+        )
+
+
+@pytest.mark.parametrize("penalty", [0.0, 0.1, 0.25])
+def test_invalid_action_penalty_charges_unreadable_and_inadmissible_actions(penalty: float) -> None:
+    _cfg, _comps, _sampler, trainer = _setup(f"env.invalid_action_penalty={penalty}", sampler_cls=ThreeKinds)
+    settings = trainer.rollout_settings(segment_rounds=3)
+    assert settings.invalid_action_penalty == penalty
+    _, (results, stats) = _play(trainer, 1, 2, settings)
+    for b in results[0]:
+        assert b.actions == ["go on", INVALID_ACTION, "dance"]
+        assert b.invalid_actions == 2
+        assert b.rewards == [0.0, -penalty, -penalty]
+        assert b.segment_reward == pytest.approx(-2 * penalty)
+    assert stats.valid_tool_calls == 4 and stats.admissible_actions == 2
+
+
+@pytest.mark.parametrize("value", ["-0.1", "inf", "nan"])
+def test_invalid_action_penalty_must_be_a_finite_non_negative_number(value: str) -> None:
+    from tempo_rl.training.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"env\.invalid_action_penalty"):
+        tiny_config(f"env.invalid_action_penalty={value}")

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from trainer_doubles import scripted_components, tiny_config
+from trainer_doubles import ScriptedSampler, scripted_components, tiny_config
 
 from tempo_rl.training.grpo import GrpoTrainer
 from tempo_rl.training.rollout import INVALID_ACTION
@@ -291,3 +291,37 @@ def test_a_fresh_game_that_fails_to_start_is_dropped_and_counted():
     assert metrics["td/fresh_states"] == 1.0  # 2 fresh games asked for, 1 started
     assert len(trajectories) == 4  # its 4 branches were rolled out and trained on
     assert trainer.reliability_metrics()["starts/fresh_start_failures"] == 1.0
+
+
+class _Fumbler(ScriptedSampler):
+    """The noisy expert, but a quarter of its answers are unreadable."""
+
+    def _answer(self, prompt_text: str, rng) -> str:
+        answer = super()._answer(prompt_text, rng)
+        if "value estimator" not in prompt_text and rng.random() < 0.25:
+            return "I would rather go on"
+        return answer
+
+
+def test_grpo_returns_carry_the_reference_invalid_action_penalty():
+    """The reference's chapter-8 reward 1[won] - 0.1 * invalid actions, centred within each group."""
+    cfg = tiny_config(
+        'algorithm="grpo"',
+        "grpo.updates=1",
+        "grpo.games_per_batch=2",
+        "grpo.group_size=4",
+        "env.invalid_action_penalty=0.1",
+    )
+    comps, sampler, _training = scripted_components(cfg, p_right=0.5)
+    comps.sampler = _Fumbler(sampler.tokenizer, p_right=0.5)
+    recs: list = []
+    asyncio.run(GrpoTrainer(cfg, comps, write_trajectories=lambda r: recs.extend(r)).update(0))
+    invalid = [r["actions"].count(INVALID_ACTION) for r in recs]
+    assert sum(invalid) > 0 and [r["invalid_actions"] for r in recs] == invalid
+    for r, n in zip(recs, invalid):
+        assert r["return"] == pytest.approx(float(r["won"]) - 0.1 * n)
+    for game in range(2):
+        group = recs[game * 4 : (game + 1) * 4]
+        mean = np.mean([r["return"] for r in group])
+        for r in group:
+            assert r["advantage"] == pytest.approx(r["return"] - mean)

@@ -75,6 +75,18 @@ class EnvConfig(_Model):
     eval_games_dir: str | None = Field(default=None, description="folder of evaluation game files")
     games_glob: str = Field(default="**/game.tw-pddl", description="which files in games_dir are games")
     game_kwarg: str = Field(default="game_file", description="the env keyword that takes a game file")
+    invalid_action_penalty: float = Field(
+        default=0.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description=(
+            "p, subtracted from a round's reward for an invalid action: an unreadable tool call, or an action "
+            "not in the admissible list the env showed (when it shows one); an episode's return is then "
+            "1[won] - p * invalid actions. The reference's chapter-8 GRPO uses 0.1; 0 keeps TEMPO's binary "
+            "reward (R_max = 1). Returns can then fall below 0 while critic values stay in [0, tempo.r_max]. "
+            "It applies to training and evaluation rollouts alike (eval/return_mean), never to success"
+        ),
+    )
 
     def spec(self) -> EnvSpec:
         """The :class:`EnvSpec` used to build (and to restore) every env of the run."""

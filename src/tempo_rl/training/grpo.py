@@ -3,7 +3,8 @@
 Each update: ``grpo.games_per_batch`` fresh games x ``grpo.group_size`` branches play full episodes (up to T
 rounds, no macro boundary, no critic); the episode return ``R_n = sum_t r_t`` of each branch is centred within
 its group, ``A_n = R_n - mean(R)`` (:func:`tempo_rl.signals.group_advantages`, no std division, as in the
-reference's chapter 8 without its invalid-action penalty); degenerate groups (all returns equal: every branch
+reference's chapter 8, whose reward ``1[won] - 0.1 * invalid actions`` is ``env.invalid_action_penalty = 0.1``;
+the default 0 gives GRPO and TEMPO the same binary reward); degenerate groups (all returns equal: every branch
 failed or every branch succeeded) give no Datum (unless the KL anchor ``kl.coef > 0`` trains them by the anchor
 alone); one chunked ``forward_backward`` + one ``optim_step``.
 
@@ -78,6 +79,7 @@ class GrpoTrainer(MacroStepTrainer):
                     "game_id": starts[i].state.game_id,
                     "actions": list(b.actions),
                     "rewards": list(b.rewards),
+                    "invalid_actions": b.invalid_actions,
                     "end_reason": b.end_reason,
                     "won": b.won,
                     "return": float(returns[i, j]),

@@ -9,7 +9,9 @@ env (restored and verified beforehand, see :meth:`MacroStepTrainer.restore_start
    with ``num_samples`` > 1);
 2. parse the single tool call (:mod:`tempo_rl.rollout.tool_call`); an unreadable call sends the sentinel
    :data:`INVALID_ACTION` to the env (it still consumes a step, as in the reference, and is counted);
-3. step the env (through the worker pool: crashes and time-outs drop that branch only);
+3. step the env (through the worker pool: crashes and time-outs drop that branch only); the round's reward is
+   the env's, less ``RolloutSettings.invalid_action_penalty`` when the action was invalid (the reference's
+   chapter-8 GRPO reward ``1[won] - 0.1 * invalid actions``; 0 by default);
 4. extend the prompt by appending: previous tokens + the exact sampled tokens + the tool-result turn
    (:class:`~tempo_rl.rollout.renderer` renders only the new suffix; sampled tokens are never re-tokenized).
 
@@ -142,6 +144,9 @@ class RolloutSettings:
         max_trajectory_tokens: the token budget of one actor sequence (prefix included).
         show_remaining_steps: show ``T - round`` to the actor.
         tool_name: the tool the actor calls.
+        invalid_action_penalty: p >= 0, subtracted from a round's env reward when its action is invalid (an
+            unreadable tool call, or not in the admissible list shown with the prompt when the env lists one):
+            ``r_t = r_env_t - p * 1[invalid_t]``, the reference's chapter-8 GRPO reward with p = 0.1.
     """
 
     sampling: SamplingParams
@@ -150,6 +155,7 @@ class RolloutSettings:
     max_trajectory_tokens: int = 12_000
     show_remaining_steps: bool = True
     tool_name: str = "env_step"
+    invalid_action_penalty: float = 0.0
 
 
 @dataclass
@@ -211,12 +217,15 @@ class BranchResult:
         prefix_len: ``len(start.token_prefix)``, or the length of the rendered opening prompt for a fresh start.
         logprobs: float32, same length as ``tokens``: the sampler's logprob on sampled tokens, 0 on context.
         sampled_mask: bool, same length: True on tokens this segment sampled (they carry the advantage).
-        rewards: one env reward per round of this segment.
+        rewards: one reward per round of this segment: the env's, less ``invalid_action_penalty`` for an
+            invalid action (see :class:`RolloutSettings`).
         actions: the actions sent to the env (``INVALID_ACTION`` for unreadable tool calls).
         history: the start's ``(action, observation)`` turns followed by this segment's.
         observations: the observation after each round of this segment.
         end_reason: see the module table.
         rounds: env steps in this segment; ``round_index``: env steps since reset at the end.
+        invalid_actions: this segment's invalid actions (unreadable tool calls, and actions not in the admissible
+            list shown when the env lists one): the count ``invalid_action_penalty`` is charged for.
         snapshot: the env snapshot at the end (None after an error).
         error: the error message when ``end_reason == "error"``.
         turn_starts: for each round of this segment, where its sampled turn starts in its token sequence
@@ -242,6 +251,7 @@ class BranchResult:
     snapshot: Any = None
     error: str | None = None
     valid_tool_calls: int = 0
+    invalid_actions: int = 0
     won: bool = False
     turn_starts: list[int] = field(default_factory=list)
     admissible: tuple[str, ...] | None = None
@@ -453,15 +463,19 @@ async def run_branches(
                 stats.env_errors += 1
                 continue
             result: StepResult = outcome
+            invalid = action == INVALID_ACTION
             if b.admissible is not None:
                 stats.admissible_known += 1
                 if action != INVALID_ACTION:
                     stats.admissible_known_valid += 1
                 if action in b.admissible:
                     stats.admissible_actions += 1
+                else:
+                    invalid = True
             b.admissible = result.observation.admissible_actions
             b.actions.append(action)
-            b.rewards.append(float(result.reward))
+            b.invalid_actions += invalid
+            b.rewards.append(float(result.reward) - (settings.invalid_action_penalty if invalid else 0.0))
             b.observations.append(result.observation)
             b.history.append((action, result.observation.text))
             b.rounds += 1

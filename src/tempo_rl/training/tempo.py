@@ -349,6 +349,7 @@ class TempoTrainer(MacroStepTrainer):
             "fresh": start.fresh,
             "actions": list(branch.actions),
             "rewards": list(branch.rewards),
+            "invalid_actions": branch.invalid_actions,
             "end_reason": branch.end_reason,
             "won": branch.won,
             "return": ret,

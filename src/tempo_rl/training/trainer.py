@@ -359,6 +359,7 @@ class MacroStepTrainer(abc.ABC):
             max_trajectory_tokens=s.max_trajectory_tokens,
             show_remaining_steps=s.show_remaining_steps,
             tool_name=self.c.parser.tool_name,
+            invalid_action_penalty=self.config.env.invalid_action_penalty,
         )
 
     async def rollout(
