@@ -325,3 +325,21 @@ def test_grpo_returns_carry_the_reference_invalid_action_penalty():
         mean = np.mean([r["return"] for r in group])
         for r in group:
             assert r["advantage"] == pytest.approx(r["return"] - mean)
+
+
+def test_td_returns_carry_the_invalid_action_penalty():
+    """R_n = r_n + V_hat_n, with r_n = -p * (invalid actions of the segment) here (no win within H = 4)."""
+    cfg = tiny_config(
+        "tempo.warmup_updates=0",
+        "tempo.td_updates=1",
+        "tempo.fresh_share=1.0",
+        "env.invalid_action_penalty=0.25",
+    )
+    trainer, sampler, _training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    trainer.c.sampler = _Fumbler(sampler.tokenizer, p_right=0.5, undecided=0.5)
+    asyncio.run(trainer.td_update(0))
+    invalid = [r["actions"].count(INVALID_ACTION) for r in trajectories]
+    assert len(trajectories) == 8 and sum(invalid) > 0
+    for r, n in zip(trajectories, invalid):
+        assert r["invalid_actions"] == n and sum(r["rewards"]) == pytest.approx(-0.25 * n)
+        assert r["return"] == pytest.approx(-0.25 * n + r["endpoint_value"])
