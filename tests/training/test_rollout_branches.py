@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 
 import pytest
@@ -161,6 +162,19 @@ def test_run_branches_checks_its_arguments() -> None:
                 sampler=sampler,
                 chat=comps.chat,
                 settings=trainer.rollout_settings(segment_rounds=1),
+                pool=comps.pool,
+                parser=comps.parser,
+            )
+        )
+    bad = dataclasses.replace(trainer.rollout_settings(segment_rounds=1), invalid_action_penalty=-0.1)
+    with pytest.raises(ValueError, match="invalid_action_penalty must be a finite number >= 0"):
+        asyncio.run(
+            run_branches(
+                [],
+                [],
+                sampler=sampler,
+                chat=comps.chat,
+                settings=bad,
                 pool=comps.pool,
                 parser=comps.parser,
             )

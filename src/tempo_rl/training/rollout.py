@@ -357,6 +357,11 @@ async def run_branches(
     """
     if len(starts) != len(envs):
         raise ValueError(f"got {len(starts)} starts but {len(envs)} env groups; pass one group per start")
+    if not (math.isfinite(settings.invalid_action_penalty) and settings.invalid_action_penalty >= 0):
+        raise ValueError(
+            f"settings.invalid_action_penalty must be a finite number >= 0, got {settings.invalid_action_penalty!r}"
+            " (a penalty is subtracted: pass 0.1, not -0.1)"
+        )
     stats = RolloutStats()
     branches: list[list[BranchResult]] = []
     live: list[tuple[BranchResult, Any]] = []
