@@ -17,13 +17,14 @@ def _write(path: Path, records: list[dict[str, object]]) -> Path:
 def _records() -> list[dict[str, object]]:
     return [
         {"step": 0, "metrics": {"eval/success_rate": 0.25, "eval/episodes": 32.0}},
-        {"step": 1, "metrics": {"train/phase": 0.0, "critic/abs_error_mean": 0.5}},
-        {"step": 2, "metrics": {"train/phase": 0.0, "critic/abs_error_mean": 0.4}},
+        {"step": 1, "metrics": {"train/phase": 0.0, "critic/abs_error_mean": 0.5, "critic/value_corr": 0.1}},
+        {"step": 2, "metrics": {"train/phase": 0.0, "critic/abs_error_mean": 0.4, "critic/value_corr": 0.6}},
         {
             "step": 3,
             "metrics": {
                 "train/phase": 1.0,
                 "critic/abs_error_mean": 0.3,
+                "critic/value_corr": 0.5,
                 "actor/terminal_won_rate": 0.5,
                 "td/reused_states_total": 3.0,
                 "eval/success_rate": 0.5,
@@ -35,6 +36,7 @@ def _records() -> list[dict[str, object]]:
             "metrics": {
                 "train/phase": 1.0,
                 "critic/abs_error_mean": 0.2,
+                "critic/value_corr": float("nan"),  # every estimate alike: no correlation, skipped
                 "actor/terminal_won_rate": 0.75,
                 "td/reused_states_total": 6.0,
                 "store/size": 9.0,
@@ -56,9 +58,12 @@ def test_summary_has_the_eval_curve_and_the_warmup_critic_error(tmp_path: Path) 
     assert summary["eval_success_first"] == 0.25 and summary["eval_success_last"] == 0.625
     assert summary["eval_games"] == 32.0
     assert summary["states_reused_total"] == 6.0
+    assert summary["critic_value_corr_warmup"] == [0.1, 0.6]
+    assert summary["critic_value_corr_td_mean"] == 0.5
 
     text = format_summary(summary)
     assert "critic abs error per warm-up update: 0.500 0.400" in text
+    assert "warm-up, mean per 5 updates: 0.350; TD mean 0.500" in text
     assert "actor eval success on 32 held-out games" in text
     assert "u0=0.25, u3=0.50, u4=0.62; first 0.25 -> last 0.62 (+0.38)" in text
 

@@ -195,6 +195,62 @@ def test_warmup_update_uses_monte_carlo_targets_and_fills_the_store():
     assert _datums(training, "actor") == []
 
 
+def test_warmup_substeps_apply_to_warmup_updates_only():
+    cfg = tiny_config(
+        "tempo.warmup_updates=1",
+        "tempo.td_updates=1",
+        "tempo.fresh_share=1.0",
+        "tempo.warmup_substeps=3",
+        "optim.substeps=2",
+        "kl.coef=0.1",  # the anchor trains the warm-up's episodes: 8 actor Datums to split
+    )
+    trainer, sampler, training, _trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+
+    class _Reference(ScriptedSampler):
+        nominal_logprob = -1.25  # differs from the sampler's -0.25: every sampled token is anchored
+
+    training.reference = _Reference(sampler.tokenizer)
+    warm = asyncio.run(trainer.warmup_update(0))
+    assert warm["train/batch_size"] >= 8
+    assert warm["train/optim_steps"] == 3.0
+    assert [c[0] for c in training.calls].count("optim_step") == 3
+    td = asyncio.run(trainer.td_update(1))
+    assert td["train/batch_size"] >= 2
+    assert td["train/optim_steps"] == 2.0  # TD keeps optim.substeps
+    assert [c[0] for c in training.calls].count("optim_step") == 5
+    assert trainer.state.policy_version == 2  # one new sampler per update, however many steps
+
+
+@pytest.mark.parametrize("baseline", ["group_mean", "none"])
+def test_critic_baseline_none_trains_agreeing_but_wrong_samples(baseline):
+    # the oracle answers 0.5 for every start state, all K samples alike: centred, those groups carry nothing;
+    # uncentred, every sample is trained with its own reward -|0.5 - G|
+    cfg = tiny_config(
+        "tempo.warmup_updates=0",
+        "tempo.td_updates=1",
+        "tempo.fresh_share=1.0",
+        f"tempo.critic_baseline={baseline}",
+    )
+    trainer, _sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    metrics = asyncio.run(trainer.td_update(0))
+    targets = [float(np.mean([r["return"] for r in trajectories[g * 4 : (g + 1) * 4]])) for g in range(2)]
+    critic = _datums(training, "critic")
+    if baseline == "group_mean":
+        assert critic == [] and metrics["critic/degenerate_group_rate"] == 1.0
+        return
+    k = cfg.tempo.critic_samples
+    wrong = [g for g in targets if abs(0.5 - g) > 1e-12]
+    assert wrong  # the seeded branches do not all land on G = 0.5
+    assert len(critic) == k * len(wrong) == metrics["train/critic_datums"]
+    trained = sorted(float(a) for d in critic for a in np.asarray(d.loss_fn_inputs["advantages"]) if a != 0.0)
+    per_datum = sorted(
+        float(np.asarray(d.loss_fn_inputs["advantages"])[np.asarray(d.loss_fn_inputs["advantages"]) != 0][0])
+        for d in critic
+    )
+    assert per_datum == pytest.approx(sorted(-abs(0.5 - g) for g in wrong for _ in range(k)))
+    assert all(a < 0 for a in trained)
+
+
 def test_critic_metrics_definitions():
     from tempo_rl.critic.base import CriticEstimates
 

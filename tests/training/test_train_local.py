@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tempo_rl.training.checkpoint import latest_checkpoint
-from tempo_rl.training.config import load_config
+from tempo_rl.training.config import ConfigError, load_config
 from tempo_rl.training.run import train_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -224,6 +224,57 @@ def test_warm_start_critic_format_example_leaves_the_answer_prefix_to_the_prompt
     answer = tokenizer.decode([int(t) for t in targets[weights > 0]], skip_special_tokens=True)
     assert answer.endswith("</value>") and not answer.startswith("<value>")
     assert trainer.c.critic.answer_prefix == "<value>"
+
+
+@pytest.mark.parametrize(
+    ("levels", "answers"),
+    [
+        (2, {"0</value>", "1</value>"}),
+        (11, {f"{v / 10:.1f}</value>" for v in range(11)}),
+        (5, {"0.00</value>", "0.25</value>", "0.50</value>", "0.75</value>", "1.00</value>"}),
+    ],
+)
+def test_warm_start_critic_format_values_take_the_configured_levels(
+    tmp_path: Path, levels: int, answers: set[str]
+) -> None:
+    import numpy as np
+
+    from tempo_rl.training.run import build_trainer
+    from tempo_rl.training.warmstart import demonstration_datums
+
+    cfg_file = tmp_path / "tiny.toml"
+    cfg_file.write_text(_config_text())
+    config = load_config(
+        cfg_file,
+        [
+            'sampling.critic_answer_prefix="<value>"',
+            "sampling.critic_max_prompt_tokens=2000",
+            "warmstart.critic_format_share=1.0",
+            f"warmstart.critic_format_levels={levels}",
+        ],
+    )
+    trainer = build_trainer(config, tmp_path / "run")
+    tokenizer = trainer.c.chat.tokenizer
+    rng = np.random.default_rng(0)
+    seen: set[str] = set()
+    for seed in range(40):
+        (critic,) = [
+            d
+            for d in demonstration_datums(trainer, (config.env.spec(), seed), rng)
+            if d.tags.get("role") == "critic"
+        ]
+        targets = np.asarray(critic.loss_fn_inputs["target_tokens"])
+        weights = np.asarray(critic.loss_fn_inputs["weights"])
+        seen.add(tokenizer.decode([int(t) for t in targets[weights > 0]], skip_special_tokens=True))
+    assert seen <= answers
+    assert len(seen) >= min(len(answers), 4)  # uniform over the levels: 40 draws hit most of them
+
+
+def test_critic_format_levels_must_be_at_least_two(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "tiny.toml"
+    cfg_file.write_text(_config_text())
+    with pytest.raises(ConfigError, match="critic_format_levels"):
+        load_config(cfg_file, ["warmstart.critic_format_levels=1"])
 
 
 def test_kl_anchor_reference_survives_a_resume_on_the_local_backend(tmp_path: Path) -> None:

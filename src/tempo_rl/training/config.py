@@ -174,6 +174,14 @@ class TempoConfig(_Model):
     )
     warmup_updates: int = Field(default=4, ge=0)
     warmup_games_per_batch: int = Field(default=4, ge=1)
+    warmup_substeps: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "optimiser steps per critic-only warm-up update (minibatches of its critic Datums); None = "
+            "optim.substeps. More steps per sampled batch let the critic learn from fewer warm-up episodes"
+        ),
+    )
     warmup_states_per_episode: int | None = Field(
         default=2,
         ge=1,
@@ -186,6 +194,14 @@ class TempoConfig(_Model):
     r_max: float = Field(default=1.0, gt=0.0)
     error: Literal["l1", "brier"] = "l1"
     critic_failure_reward: float = Field(default=-1.0, le=0.0)
+    critic_baseline: Literal["group_mean", "none"] = Field(
+        default="group_mean",
+        description=(
+            "the critic rewards' baseline: 'group_mean' centres them within the K samples of a state (TEMPO); "
+            "'none' trains on the rewards themselves (the REINFORCE gradient of the expected error, unbiased "
+            "with more variance), so K samples that agree on a wrong value still carry a gradient"
+        ),
+    )
     unparsed_endpoint: Literal["drop", "substitute"] = Field(
         default="drop",
         description=(
@@ -313,6 +329,16 @@ class WarmStartConfig(_Model):
     )
     critic_format_share: float = Field(
         default=0.5, ge=0.0, le=1.0, description="share of demos that add one critic answer-format example"
+    )
+    critic_format_levels: int = Field(
+        default=11,
+        ge=2,
+        le=101,
+        description=(
+            "the format examples' values are drawn uniformly from this many evenly spaced levels of [0, R_max] "
+            "(11: 0, 0.1, ..., 1; 2: only 0 and R_max, so each critic sample is one binary token and V_hat, "
+            "the mean of K or E samples, estimates the success probability)"
+        ),
     )
 
 

@@ -578,8 +578,14 @@ def _metric(record: Mapping[str, Any], key: str) -> float:
     return float(value) if isinstance(value, int | float) else math.nan
 
 
+def _nanmean(values: Sequence[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
 def summarize(metrics_path: Path) -> dict[str, Any]:
-    """The end-of-run summary from ``metrics.jsonl``: critic error first vs last warm-up update, the TD
+    """The end-of-run summary from ``metrics.jsonl``: critic error first vs last warm-up update, the correlation
+    of its estimates with their targets (per warm-up update; TD mean, NaN-skipping), the TD
     success curve (eval success where evaluated, else the terminal-won rate of TD branches), states reused."""
     records = _read_metrics(metrics_path)
     warm = [r for r in records if _metric(r, "train/phase") == 0.0]
@@ -598,6 +604,8 @@ def summarize(metrics_path: Path) -> dict[str, Any]:
         "critic_abs_error_last_warmup": err[-1] if err else math.nan,
         "critic_abs_error_warmup": err,
         "critic_abs_error_td_last": _metric(td[-1], "critic/abs_error_mean") if td else math.nan,
+        "critic_value_corr_warmup": [_metric(r, "critic/value_corr") for r in warm],
+        "critic_value_corr_td_mean": _nanmean([_metric(r, "critic/value_corr") for r in td]),
         "td_terminal_won_rate": [_metric(r, "actor/terminal_won_rate") for r in td],
         "eval_success": evals,
         "eval_games": _metric(eval_records[-1], "eval/episodes") if eval_records else math.nan,
@@ -624,6 +632,14 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     err = summary.get("critic_abs_error_warmup") or []
     if err:
         lines.append("critic abs error per warm-up update: " + " ".join(f(x) for x in err))
+    corr = summary.get("critic_value_corr_warmup") or []
+    if corr:
+        blocks = [_nanmean(corr[i : i + 5]) for i in range(0, len(corr), 5)]
+        lines.append(
+            "critic value correlation with its targets, warm-up, mean per 5 updates: "
+            + " ".join(f(x) for x in blocks)
+            + f"; TD mean {f(summary.get('critic_value_corr_td_mean'))}"
+        )
     evals = summary.get("eval_success") or []
     if evals:
         games = summary.get("eval_games")

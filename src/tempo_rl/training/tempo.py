@@ -242,7 +242,10 @@ class TempoTrainer(MacroStepTrainer):
             error=t.error,
             failure_reward=t.critic_failure_reward,
         )
-        adv = group_advantages(rewards, mask=mask)
+        if t.critic_baseline == "none":  # the rewards themselves: agreeing but wrong samples still learn
+            adv = np.where(mask, rewards, 0.0)
+        else:
+            adv = group_advantages(rewards, mask=mask)
         degenerate = np.asarray(degenerate_groups(adv, mask=mask), dtype=bool)
         datums: list[Datum] = []
         for i, est in enumerate(estimates):
@@ -313,7 +316,7 @@ class TempoTrainer(MacroStepTrainer):
             anchored, kl_metrics = await self.anchored_actor_datums(played, [0.0] * len(played), timer)
             datums.extend(anchored)
             metrics.update(kl_metrics)
-        metrics.update(self.train_step(datums, timer))
+        metrics.update(self.train_step(datums, timer, substeps=t.warmup_substeps))
         metrics.update(
             {
                 "warmup/success_rate": _nanmean(episodes_won),

@@ -579,7 +579,9 @@ class MacroStepTrainer(abc.ABC):
             return {"clip_low_threshold": o.clip_low_threshold, "clip_high_threshold": o.clip_high_threshold}
         return None
 
-    def train_step(self, datums: Sequence[Datum], timer: UpdateTimer | None = None) -> dict[str, float]:
+    def train_step(
+        self, datums: Sequence[Datum], timer: UpdateTimer | None = None, substeps: int | None = None
+    ) -> dict[str, float]:
         """The update's Datums through ``forward_backward`` and ``optim_step``, then a new sampler.
 
         With ``optim.substeps = S`` (default 1) the Datums are dealt round-robin into ``min(S, len(datums))``
@@ -589,6 +591,7 @@ class MacroStepTrainer(abc.ABC):
         ratio ``exp(lp - lp_sampler)`` corrects for it (``optim.loss_fn = "ppo"`` also clips it). The sampler is
         refreshed once, after the last step, so the policy version advances by one per update.
 
+        ``substeps`` overrides ``optim.substeps`` for this update (TEMPO's warm-up: ``tempo.warmup_substeps``).
         With no Datum (every group degenerate) no step is taken and the policy version does not change.
         Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage), the summed
         loss over all minibatches and ``train/optim_steps``.
@@ -610,7 +613,7 @@ class MacroStepTrainer(abc.ABC):
         }
         if datums:
             chunk = self.config.optim.chunk_datums
-            steps = min(self.config.optim.substeps, len(datums))
+            steps = min(self.config.optim.substeps if substeps is None else substeps, len(datums))
             loss = 0.0
             for s in range(steps):
                 minibatch = list(datums[s::steps])

@@ -13,9 +13,10 @@ signal. The warm start behaviour-clones the env's expert (:meth:`ReplayableEnv.w
   (:func:`balance_actions`): the decisive rare actions are not drowned by the frequent ones;
 * a share ``warmstart.critic_format_share`` of the demos also yields one critic *format* example: the critic
   prompt of a random state of the demo answered with ``<value>v</value>`` (less the critic's answer prefix, which
-  its prompt already ends with), where ``v`` is drawn uniformly from {0, 0.1, ..., 1} x R_max. It teaches only the
-  answer format, no value information (the value is independent of the state): what the critic knows about values
-  it must learn in the RL warm-up.
+  its prompt already ends with), where ``v`` is drawn uniformly from ``warmstart.critic_format_levels`` evenly
+  spaced levels of [0, R_max] (default 11: {0, 0.1, ..., 1} x R_max; 2: the binary answers 0 and R_max). It
+  teaches only the answer format, no value information (the value is independent of the state): what the critic
+  knows about values it must learn in the RL warm-up.
 
 Loss: ``cross_entropy`` with weight 1 on the expert's tool-call tokens (and the EOS that ends the turn) and on the
 critic's answer tokens, 0 elsewhere; Adam with ``warmstart.learning_rate``, one ``optim_step`` per batch of
@@ -121,8 +122,9 @@ def demonstration_datums(
         prompt_fn = getattr(trainer.c.critic, "prompt_tokens", None)
         prompt = prompt_fn(query)[0] if callable(prompt_fn) else None
         if prompt is not None and rng.random() < cfg.warmstart.critic_format_share:
-            value = int(rng.integers(0, 11)) / 10 * cfg.tempo.r_max
-            text = f"<value>{value:.1f}</value>"
+            levels = cfg.warmstart.critic_format_levels
+            value = int(rng.integers(0, levels)) / (levels - 1) * cfg.tempo.r_max
+            text = f"<value>{_format_value(value, levels, cfg.tempo.r_max)}</value>"
             text = text.removeprefix(getattr(trainer.c.critic, "answer_prefix", ""))  # the prompt holds it
             answer = list(tokenizer.encode(text, add_special_tokens=False))
             if eos is not None:
@@ -131,6 +133,20 @@ def demonstration_datums(
         return datums
     finally:
         env.close()
+
+
+def _format_value(value: float, levels: int, r_max: float = 1.0) -> str:
+    """A format example's value as the critic should write it: ``0``/``1`` (times R_max) for 2 levels, one digit
+    token each, the cheapest answer for a small model; otherwise with the fewest decimals (at least 1, at most
+    4) that write every level exactly: ``0.3`` for 11 levels, ``0.25`` for 5."""
+    if levels == 2:
+        return f"{value:g}"
+    grid = [i / (levels - 1) * r_max for i in range(levels)]
+    decimals = next(
+        (d for d in range(1, 5) if all(abs(round(v, d) - v) < 1e-9 for v in grid)),
+        4,
+    )
+    return f"{value:.{decimals}f}"
 
 
 def _weighted_sft(
