@@ -222,17 +222,21 @@ def test_warmup_substeps_apply_to_warmup_updates_only():
 
 
 @pytest.mark.parametrize("baseline", ["group_mean", "none"])
-def test_critic_baseline_none_trains_agreeing_but_wrong_samples(baseline):
+def test_td_critic_baseline_none_trains_agreeing_but_wrong_samples(baseline):
     # the oracle answers 0.5 for every start state, all K samples alike: centred, those groups carry nothing;
     # uncentred, every sample is trained with its own reward -|0.5 - G|
     cfg = tiny_config(
         "tempo.warmup_updates=0",
         "tempo.td_updates=1",
         "tempo.fresh_share=1.0",
-        f"tempo.critic_baseline={baseline}",
+        f"tempo.td_critic_baseline={baseline}",
     )
     trainer, _sampler, training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
-    metrics = asyncio.run(trainer.td_update(0))
+    warm = asyncio.run(trainer.warmup_update(0))  # the warm-up always centres: agreeing samples, no datum
+    assert warm["train/critic_datums"] == 0.0 and warm["critic/degenerate_group_rate"] == 1.0
+    trajectories.clear()
+    training.calls.clear()
+    metrics = asyncio.run(trainer.td_update(1))
     targets = [float(np.mean([r["return"] for r in trajectories[g * 4 : (g + 1) * 4]])) for g in range(2)]
     critic = _datums(training, "critic")
     if baseline == "group_mean":

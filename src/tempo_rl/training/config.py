@@ -194,12 +194,13 @@ class TempoConfig(_Model):
     r_max: float = Field(default=1.0, gt=0.0)
     error: Literal["l1", "brier"] = "l1"
     critic_failure_reward: float = Field(default=-1.0, le=0.0)
-    critic_baseline: Literal["group_mean", "none"] = Field(
+    td_critic_baseline: Literal["group_mean", "none"] = Field(
         default="group_mean",
         description=(
-            "the critic rewards' baseline: 'group_mean' centres them within the K samples of a state (TEMPO); "
-            "'none' trains on the rewards themselves (the REINFORCE gradient of the expected error, unbiased "
-            "with more variance), so K samples that agree on a wrong value still carry a gradient"
+            "the baseline of the critic rewards in TD updates: 'group_mean' centres them within the K samples of "
+            "a state (TEMPO); 'none' trains on the rewards themselves (the REINFORCE gradient of the expected "
+            "error, unbiased with more variance), so K samples that agree on a wrong value still carry a "
+            "gradient. The warm-up always centres (uncentred, a small critic's warm-up collapsed: docs/results.md)"
         ),
     )
     unparsed_endpoint: Literal["drop", "substitute"] = Field(

@@ -223,9 +223,10 @@ class TempoTrainer(MacroStepTrainer):
         )
 
     def _critic_signals(
-        self, estimates: Sequence[CriticEstimates], targets: Sequence[float]
+        self, estimates: Sequence[CriticEstimates], targets: Sequence[float], *, centred: bool = True
     ) -> tuple[list[Datum], float]:
-        """Critic rewards against the targets, centred over K; returns the Datums and the degenerate rate."""
+        """Critic rewards against the targets, centred over K (or, with ``centred=False``, the rewards
+        themselves); returns the Datums and the degenerate rate."""
         t = self.config.tempo
         if not estimates or not t.train_critic:
             return [], math.nan
@@ -242,10 +243,10 @@ class TempoTrainer(MacroStepTrainer):
             error=t.error,
             failure_reward=t.critic_failure_reward,
         )
-        if t.critic_baseline == "none":  # the rewards themselves: agreeing but wrong samples still learn
-            adv = np.where(mask, rewards, 0.0)
-        else:
+        if centred:
             adv = group_advantages(rewards, mask=mask)
+        else:  # the rewards themselves: samples that agree on a wrong value still learn
+            adv = np.where(mask, rewards, 0.0)
         degenerate = np.asarray(degenerate_groups(adv, mask=mask), dtype=bool)
         datums: list[Datum] = []
         for i, est in enumerate(estimates):
@@ -472,7 +473,9 @@ class TempoTrainer(MacroStepTrainer):
             datums.extend(actor)
             metrics.update(kl_metrics)
         metrics.update(prefix_w.metrics())
-        critic_datums, critic_degenerate = self._critic_signals(start_estimates, g_list)
+        critic_datums, critic_degenerate = self._critic_signals(
+            start_estimates, g_list, centred=t.td_critic_baseline == "group_mean"
+        )
         datums.extend(critic_datums)
 
         # endpoints (sampled by the current version) go into the store after the step
