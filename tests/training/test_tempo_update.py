@@ -255,6 +255,42 @@ def test_td_critic_baseline_none_trains_agreeing_but_wrong_samples(baseline):
     assert all(a < 0 for a in trained)
 
 
+def test_td_critic_weight_scales_the_critic_advantages_in_td_only():
+    def critic_advantages(weight: float) -> tuple[list[float], float]:
+        cfg = tiny_config(
+            "tempo.warmup_updates=0",
+            "tempo.td_updates=1",
+            "tempo.fresh_share=1.0",
+            "tempo.td_critic_baseline=none",
+            f"tempo.td_critic_weight={weight}",
+        )
+        trainer, _sampler, training, _trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+        metrics = asyncio.run(trainer.td_update(0))
+        advs = sorted(
+            float(a)
+            for d in _datums(training, "critic")
+            for a in np.asarray(d.loss_fn_inputs["advantages"])
+            if a
+        )
+        actor = sorted(
+            float(a)
+            for d in _datums(training, "actor")
+            for a in np.asarray(d.loss_fn_inputs["advantages"])
+            if a
+        )
+        return [*advs, float("inf"), *actor], metrics["critic/abs_error_mean"]
+
+    full, err_full = critic_advantages(1.0)
+    scaled, err_scaled = critic_advantages(0.25)
+    cut_full, cut_scaled = full.index(float("inf")), scaled.index(float("inf"))
+    assert cut_full == cut_scaled > 0  # the same critic samples are trained
+    assert scaled[:cut_scaled] == pytest.approx([0.25 * a for a in full[:cut_full]])
+    assert scaled[cut_scaled:] == full[cut_full:]  # the actor's advantages are untouched
+    assert err_scaled == err_full  # the metrics describe the critic, not the weight
+    with pytest.raises(ValueError, match="td_critic_weight"):
+        tiny_config("tempo.td_critic_weight=0")
+
+
 def test_critic_metrics_definitions():
     from tempo_rl.critic.base import CriticEstimates
 

@@ -203,6 +203,17 @@ class TempoConfig(_Model):
             "gradient. The warm-up always centres (uncentred, a small critic's warm-up collapsed: docs/results.md)"
         ),
     )
+    td_critic_weight: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description=(
+            "scales the critic samples' advantages in TD updates (the warm-up keeps 1), as PPO's value-loss "
+            "coefficient weighs its value loss: actor and critic share the weights and Adam's per-weight step "
+            "sizes, so a smaller weight leaves the actor's gradient a larger share (docs/results.md)"
+        ),
+    )
     unparsed_endpoint: Literal["drop", "substitute"] = Field(
         default="drop",
         description=(

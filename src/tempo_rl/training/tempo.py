@@ -223,10 +223,15 @@ class TempoTrainer(MacroStepTrainer):
         )
 
     def _critic_signals(
-        self, estimates: Sequence[CriticEstimates], targets: Sequence[float], *, centred: bool = True
+        self,
+        estimates: Sequence[CriticEstimates],
+        targets: Sequence[float],
+        *,
+        centred: bool = True,
+        weight: float = 1.0,
     ) -> tuple[list[Datum], float]:
         """Critic rewards against the targets, centred over K (or, with ``centred=False``, the rewards
-        themselves); returns the Datums and the degenerate rate."""
+        themselves), times ``weight`` on the Datums; returns the Datums and the degenerate rate."""
         t = self.config.tempo
         if not estimates or not t.train_critic:
             return [], math.nan
@@ -252,7 +257,7 @@ class TempoTrainer(MacroStepTrainer):
         for i, est in enumerate(estimates):
             if degenerate[i] or not est.samples:
                 continue
-            datums.extend(self.critic_datums(est, adv[i, : est.k].tolist()))
+            datums.extend(self.critic_datums(est, (weight * adv[i, : est.k]).tolist()))
         return datums, float(np.mean(degenerate))
 
     # --------------------------------------------------------------------------------------------- warm-up
@@ -474,7 +479,7 @@ class TempoTrainer(MacroStepTrainer):
             metrics.update(kl_metrics)
         metrics.update(prefix_w.metrics())
         critic_datums, critic_degenerate = self._critic_signals(
-            start_estimates, g_list, centred=t.td_critic_baseline == "group_mean"
+            start_estimates, g_list, centred=t.td_critic_baseline == "group_mean", weight=t.td_critic_weight
         )
         datums.extend(critic_datums)
 
