@@ -44,6 +44,7 @@ from tempo_rl.training.checkpoint import atomic_write_text, latest_checkpoint, s
 from tempo_rl.training.config import ConfigError, TrainConfig, load_config
 from tempo_rl.training.rollout import build_actor_messages, format_observation
 from tempo_rl.training.store import StateStore
+from tempo_rl.training.tempo import _nanmean
 from tempo_rl.training.trainer import MacroStepTrainer, TrainerComponents, TrainerState
 
 __all__ = [
@@ -576,11 +577,6 @@ def _metric(record: Mapping[str, Any], key: str) -> float:
     if value is None and isinstance(record.get("metrics"), Mapping):
         value = record["metrics"].get(key)
     return float(value) if isinstance(value, int | float) else math.nan
-
-
-def _nanmean(values: Sequence[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else math.nan
 
 
 def summarize(metrics_path: Path) -> dict[str, Any]:
