@@ -116,9 +116,9 @@ def actor_demo(kwargs: dict[str, Any], seed: int, tokenizer: Any) -> tuple[list[
     ``WALK`` on every token of every tool call and its EOS except the key choice's colour, ``COLOUR`` on that
     token, ``CONTEXT`` elsewhere."""
     from tempo_rl.envs.keydoor import KeyDoorEnv
+    from tempo_rl.rollout.prompts import OBSERVATION_ROLE, build_actor_messages, format_observation
     from tempo_rl.rollout.renderer import ChatRenderer
     from tempo_rl.rollout.tool_call import format_tool_call
-    from tempo_rl.training.rollout import OBSERVATION_ROLE, build_actor_messages, format_observation
 
     chat = ChatRenderer(tokenizer)
     env = KeyDoorEnv(**kwargs)

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from tempo_rl.envs.snapshot import EnvSpec, Snapshot
-from tempo_rl.training.store import StateStore, StoredState, make_state_id
+from tempo_rl.training.store import StateStore
+from tempo_rl.training.types import StoredState, make_state_id
 
 SYSTEM_TOKENS = 600
 BRANCHING = (1, 2, 2, 2, 2)

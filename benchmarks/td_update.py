@@ -107,14 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     from tempo_rl.critic.generative import GenerativeCritic
     from tempo_rl.envs import ForkCache
     from tempo_rl.envs.alfworld.generator import generate_games
+    from tempo_rl.envs.workers import EnvWorkerPool
     from tempo_rl.rollout.renderer import ChatRenderer
     from tempo_rl.rollout.tool_call import ToolCallParser
     from tempo_rl.training.config import load_config
     from tempo_rl.training.run import env_corpus, locked_restore_branches, make_env_at_reset
     from tempo_rl.training.store import StateStore
     from tempo_rl.training.tempo import TempoTrainer
-    from tempo_rl.training.trainer import TrainerComponents
-    from tempo_rl.training.workers import EnvWorkerPool
+    from tempo_rl.training.types import TrainerComponents
 
     quick = args.quick
     per_type, types = (1, ("look_at_obj_in_light", "pick_and_place_simple")) if quick else (1, None)
@@ -159,7 +159,6 @@ def main(argv: list[str] | None = None) -> int:
             parser=ToolCallParser(),
             make_env=make_env_at_reset,
             restore_branches=lambda snap, k: locked_restore_branches(snap, k, cache),
-            cache=cache,
         )
         trainer = TempoTrainer(cfg, components)
         asyncio.run(trainer.td_update(0))  # fills the store with endpoints

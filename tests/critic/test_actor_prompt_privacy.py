@@ -114,9 +114,10 @@ def _fragments(privileged: str) -> list[str]:
 def test_no_actor_prompt_contains_privileged_text(
     name: str, chat: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from tempo_rl.training.rollout import PROMPT_KEY, RolloutSettings, prompt_window, run_branches
-    from tempo_rl.training.store import StoredState
-    from tempo_rl.training.workers import EnvWorkerPool
+    from tempo_rl.envs.workers import EnvWorkerPool
+    from tempo_rl.rollout.branches import RolloutSettings, run_branches
+    from tempo_rl.rollout.renderer import PromptWindow
+    from tempo_rl.training.types import StoredState
 
     builder = BUILDERS[name]
     if builder is None:
@@ -128,17 +129,11 @@ def test_no_actor_prompt_contains_privileged_text(
     canary = f"CANARY-{uuid.uuid4().hex}"
     privileged = f"{canary} {real}"
     snapshot = env.snapshot()
-    start = StoredState(
-        id=snapshot.id,
-        snapshot=snapshot,
+    start = StoredState.at_reset(
+        snapshot,
         game_id=f"{name}:0",
         task=str(opening.info.get("task", "")),
-        initial_observation=opening.text,
-        history=(),
-        token_prefix=(),
-        prefix_logprob_sum=0.0,
         policy_version=0,
-        macro_index=0,
         privileged_info=privileged,
     )
     n = 1 if name in SLOW else 2
@@ -163,20 +158,13 @@ def test_no_actor_prompt_contains_privileged_text(
         continuing = [b for b in row if b.end_reason == "macro_boundary"]
         if continuing:  # the TD path: continue from a stored endpoint and its token prefix
             b = continuing[0]
-            endpoint = StoredState(
-                id="endpoint",
-                snapshot=b.snapshot,
-                game_id=start.game_id,
-                task=start.task,
-                initial_observation=start.initial_observation,
-                history=tuple(b.history),
-                token_prefix=tuple(b.tokens),
-                prefix_logprob_sum=0.0,
+            endpoint = start.child(
+                b.snapshot,
+                token_prefix=b.tokens,
+                prompt=PromptWindow.of(b.prompt),
+                spans=(),
                 policy_version=0,
-                macro_index=1,
-                parent_id=start.id,
-                privileged_info=privileged,
-                extra={PROMPT_KEY: prompt_window(b.prompt)},
+                macro_steps=1,
             )
             asyncio.run(
                 run_branches(

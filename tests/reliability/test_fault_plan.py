@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tempo_rl.envs import make, restore
 from tempo_rl.envs.restore import ReplayDivergenceError
 from tempo_rl.envs.snapshot import EnvSpec
+from tempo_rl.envs.workers import EnvWorkerError, EnvWorkerPool
 from tempo_rl.testing.faults import (
     FAULT_KINDS,
     FaultPlan,
@@ -21,7 +22,6 @@ from tempo_rl.testing.faults import (
     corrupt_snapshot,
     faulty_restore_branches,
 )
-from tempo_rl.training.workers import EnvWorkerError, EnvWorkerPool
 
 SPEC = EnvSpec(name="keydoor", kwargs={"horizon": 12, "keys": 1, "colours": 2})
 

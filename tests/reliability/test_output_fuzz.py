@@ -321,9 +321,9 @@ def test_rollouts_on_garbage_never_crash_and_count_every_invalid_call(
 ) -> None:
     from tempo_rl.envs import make
     from tempo_rl.envs.snapshot import EnvSpec
-    from tempo_rl.training.rollout import RolloutSettings, run_branches
-    from tempo_rl.training.store import StoredState
-    from tempo_rl.training.workers import EnvWorkerPool
+    from tempo_rl.envs.workers import EnvWorkerPool
+    from tempo_rl.rollout.branches import RolloutSettings, run_branches
+    from tempo_rl.training.types import StoredState
 
     spec = EnvSpec(name="keydoor", kwargs={"horizon": 12, "keys": 1, "colours": 2})
     envs = []
@@ -332,20 +332,7 @@ def test_rollouts_on_garbage_never_crash_and_count_every_invalid_call(
         env.reset(0)
         envs.append(env)
     snap = envs[0].snapshot()
-    start = StoredState(
-        id="s",
-        snapshot=snap,
-        game_id="g",
-        task="",
-        initial_observation="",
-        history=(),
-        token_prefix=(),
-        prefix_logprob_sum=0.0,
-        policy_version=0,
-        macro_index=0,
-        parent_id=None,
-        privileged_info=None,
-    )
+    start = StoredState.at_reset(snap, game_id="g", task="", policy_version=0)
     actor = GarbageActor(keydoor_chat.tokenizer, answers)
     settings_ = RolloutSettings(
         sampling=SamplingParams(max_tokens=8, seed=1),

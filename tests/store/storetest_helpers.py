@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tempo_rl.envs.snapshot import EnvSpec, Snapshot
-from tempo_rl.training.store import StoredState, make_state_id
+from tempo_rl.rollout.renderer import PromptWindow
+from tempo_rl.training.types import PrefixSpan, StoredState, make_state_id
 
 
 def snapshot(actions: Sequence[str], game: str = "g0") -> Snapshot:
@@ -15,6 +16,7 @@ def snapshot(actions: Sequence[str], game: str = "g0") -> Snapshot:
         actions=tuple(actions),
         observation_digests=tuple(f"{i:032d}" for i in range(len(actions) + 1)),
         last_observation=f"obs after {len(actions)} actions",
+        observation_texts=("You are in a room.", *(f"you did {a}" for a in actions)),
     )
 
 
@@ -34,13 +36,13 @@ def state(
         snapshot=snap,
         game_id=game,
         task=f"task of {game}",
-        initial_observation="You are in a room.",
-        history=tuple((a, f"you did {a}") for a in actions),
         token_prefix=tuple(prefix),
-        prefix_logprob_sum=-1.25,
         policy_version=version,
         macro_index=macro,
+        prompt=PromptWindow(messages=({"role": "user", "content": "You are in a room."},), head=1)
+        if len(prefix)
+        else None,
+        spans=(PrefixSpan(0, 1, version, -1.25),) if len(prefix) else (),
         parent_id=parent,
         privileged_info="walkthrough: look",
-        extra={"note": "x"},
     )

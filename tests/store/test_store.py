@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from storetest_helpers import state
 
-from tempo_rl.training.store import StateStore, StoredState
+from tempo_rl.training.store import StateStore
+from tempo_rl.training.types import StoredState
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -219,7 +220,7 @@ def test_stats_and_bad_input() -> None:
         StateStore(None, capacity=0)
     with pytest.raises(ValueError, match="not JSON-serialisable"):
         bad = state([1], sid="bad")
-        object.__setattr__(bad, "extra", {"x": object()})
+        object.__setattr__(bad, "privileged_info", object())
         store.add(bad)
     assert "bad" not in store and len(store) == 1  # the failed transaction left nothing behind
     with pytest.raises(ValueError, match="token_prefix holds ids outside"):

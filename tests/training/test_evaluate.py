@@ -152,8 +152,8 @@ def chat() -> Any:
 
 
 def test_play_episodes_on_keydoor_matches_direct_play(chat: Any) -> None:
-    from tempo_rl.training.rollout import RolloutSettings
-    from tempo_rl.training.workers import EnvWorkerPool
+    from tempo_rl.envs.workers import EnvWorkerPool
+    from tempo_rl.rollout.branches import RolloutSettings
 
     settings = RolloutSettings(
         sampling=SamplingParams(max_tokens=64), max_rounds=40, max_trajectory_tokens=100_000

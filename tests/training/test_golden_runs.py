@@ -175,7 +175,9 @@ def _local_run(tmp_path: Path) -> dict[str, Any]:
     run_dir = tmp_path / "run"
     train_run(run_dir, load_config(cfg_path))
     metrics = [
-        _clean(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()
+        _clean(json.loads(line))
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        if line.strip()
     ]
     return {"fingerprint": _float_fingerprint(), "metrics": metrics}
 

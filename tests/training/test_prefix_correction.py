@@ -20,19 +20,17 @@ from trainer_doubles import ScriptedSampler, scripted_components, tiny_config
 
 from tempo_rl.envs import make
 from tempo_rl.envs.snapshot import EnvSpec
+from tempo_rl.rollout.renderer import PromptWindow
 from tempo_rl.rollout.tool_call import format_tool_call
 from tempo_rl.training.config import ConfigError, TempoConfig
 from tempo_rl.training.prefix_correction import (
-    PREFIX_SPANS_KEY,
     PrefixCorrection,
-    PrefixSpan,
-    endpoint_prefix_spans,
-    prefix_spans,
+    endpoint_spans,
     sampled_spans,
     weight_metrics,
 )
-from tempo_rl.training.store import StoredState, make_state_id
 from tempo_rl.training.tempo import TempoTrainer
+from tempo_rl.training.types import PrefixSpan, StoredState, make_state_id
 
 _SNAPSHOT: Any = None
 
@@ -49,19 +47,16 @@ def _snapshot() -> Any:
 
 def _state(prefix: Sequence[int], spans: Sequence[PrefixSpan] | None, version: int = 0) -> StoredState:
     snap = _snapshot()
-    extra = {} if spans is None else {PREFIX_SPANS_KEY: [s.to_json() for s in spans]}
     return StoredState(
         id=make_state_id(snap, prefix),
         snapshot=snap,
         game_id="keydoor:0",
         task="t",
-        initial_observation="o",
-        history=(),
         token_prefix=tuple(prefix),
-        prefix_logprob_sum=float(sum(s.logprob_sum for s in spans or ())),
         policy_version=version,
         macro_index=1,
-        extra=extra,
+        prompt=PromptWindow(messages=({"role": "user", "content": "o"},), head=1) if prefix else None,
+        spans=tuple(spans) if spans is not None else (None if prefix else ()),
     )
 
 
@@ -106,20 +101,17 @@ def test_endpoint_spans_extend_the_parent_spans():
         sampled_mask = [False] * 10 + [True, True, False, True, False]
         logprobs = [0.0] * 10 + [-1.0, -1.0, 0.0, -0.5, 0.0]
 
-    rows = endpoint_prefix_spans(parent, Branch(), 14, version=3)
+    rows = [s.to_json() for s in endpoint_spans(parent, Branch(), 14, version=3)]
     assert rows == [[2, 4, 0, -3.0], [10, 12, 3, -2.0], [13, 14, 3, -0.5]]
 
 
 def test_prefix_spans_validation():
-    assert prefix_spans(_state([], None)) == ()
-    assert prefix_spans(_state([1, 2, 3], None)) is None  # a prefix without recorded spans
-    bad = _state([1, 2, 3], None)
-    object.__setattr__(bad, "extra", {PREFIX_SPANS_KEY: [[0, 2, 0, -1.0], [1, 3, 0, -1.0]]})
+    assert _state([], None).spans == ()
+    assert _state([1, 2, 3], None).spans is None  # a prefix without recorded spans
     with pytest.raises(ValueError, match="overlap"):
-        prefix_spans(bad)
-    object.__setattr__(bad, "extra", {PREFIX_SPANS_KEY: [[0, 5, 0, -1.0]]})
+        _state([1, 2, 3], [PrefixSpan(0, 2, 0, -1.0), PrefixSpan(1, 3, 0, -1.0)])
     with pytest.raises(ValueError, match="past the prefix length"):
-        prefix_spans(bad)
+        _state([1, 2, 3], [PrefixSpan(0, 5, 0, -1.0)])
     with pytest.raises(ValueError, match="start < end"):
         PrefixSpan.from_json([3, 3, 0, -1.0])
 
@@ -354,9 +346,9 @@ def test_stored_endpoints_record_their_assistant_token_spans():
     states = trainer.c.store.sample(len(trainer.c.store), np.random.default_rng(0))
     assert states
     for state in states:
-        spans = prefix_spans(state)
+        spans = state.spans
         assert spans is not None and len(spans) == len(state.history) == 4
-        assert sum(s.logprob_sum for s in spans) == pytest.approx(state.prefix_logprob_sum)
+        assert sum(s.logprob_sum for s in spans) == pytest.approx(-0.25 * sum(s.end - s.start for s in spans))
         for span, (action, _obs) in zip(spans, state.history):
             assert span.version == 0
             text = tok.decode(list(state.token_prefix[span.start : span.end]), skip_special_tokens=True)
@@ -384,7 +376,7 @@ def test_td_update_weights_the_advantages_of_stale_starts(mode):
     assert len(stored) == 4 and metrics["prefix/stale_states"] == 1.0
     state = trainer.c.store.get(stored[0]["start_id"])
     # every stored prefix token was sampled at -0.25 and now has -0.26: log w = -0.01 * (assistant tokens)
-    n_assistant = sum(s.end - s.start for s in prefix_spans(state) or ())
+    n_assistant = sum(s.end - s.start for s in state.spans or ())
     assert n_assistant > 20
     w = math.exp(-0.01 * n_assistant)
     if mode == "clipped":

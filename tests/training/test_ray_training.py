@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from trainer_doubles import tiny_config
 
+from tempo_rl.envs.workers import EnvWorkerPool
 from tempo_rl.training.run import env_workers
-from tempo_rl.training.workers import EnvWorkerPool
 
 
 def test_thread_workers_are_the_default_plumbing() -> None:
@@ -51,7 +51,7 @@ RAY_RUN = [
 def test_tempo_run_with_ray_env_actors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ray = pytest.importorskip("ray", reason="needs the ray extra")
     pytest.importorskip("torch", reason="the run uses the local backend")
-    from tempo_rl.training import workers
+    from tempo_rl.envs import workers
     from tempo_rl.training.run import train_run
 
     calls: dict[str, list[Any]] = {"make_at_reset": [], "restore_branches": [], "stepped": []}

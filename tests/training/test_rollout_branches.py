@@ -10,9 +10,9 @@ import pytest
 from trainer_doubles import ScriptedSampler, scripted_components, tiny_config
 
 from tempo_rl.backends.types import SampleResult, SamplingParams
+from tempo_rl.rollout.branches import INVALID_ACTION, RolloutSettings, run_branches
 from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.tool_call import format_tool_call
-from tempo_rl.training.rollout import INVALID_ACTION, RolloutSettings, run_branches
 from tempo_rl.training.tempo import TempoTrainer
 
 

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from trainer_doubles import ScriptedSampler, scripted_components, tiny_config
 
+from tempo_rl.rollout.branches import BranchResult, TokenSequence
 from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.templates import think_dropping_template
-from tempo_rl.training.prefix_correction import prefix_spans
-from tempo_rl.training.rollout import BranchResult, TokenSequence
 from tempo_rl.training.tempo import TempoTrainer
 
 THINK = "<think>plan</think>"
@@ -95,7 +94,7 @@ def test_restarted_branches_are_kept_and_yield_one_datum_per_sequence() -> None:
         text = tok.decode(list(state.token_prefix), skip_special_tokens=False)
         assert "<think>" not in text and text.endswith("<|im_start|>assistant\n")
         assert text.count("<tool_response>") == 4  # all four observations of the segment
-        assert prefix_spans(state) == () and state.prefix_logprob_sum == 0.0  # no sampled token survives
+        assert state.spans == ()  # no sampled token survives
         assert chat.encode(text) == tuple(state.token_prefix)
 
     # a second update restores stored (restarted) states and continues them

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from trainer_doubles import ScriptedSampler, scripted_components, tiny_config
 
+from tempo_rl.rollout.branches import INVALID_ACTION
 from tempo_rl.training.grpo import GrpoTrainer
-from tempo_rl.training.rollout import INVALID_ACTION
-from tempo_rl.training.tempo import TempoTrainer, critic_metrics
+from tempo_rl.training.metrics import critic_metrics
+from tempo_rl.training.run import locked_restore_branches
+from tempo_rl.training.tempo import TempoTrainer
 
 
 def _records(records: list) -> list:
@@ -76,7 +78,8 @@ def test_td_update_signals_datums_and_store():
         assert state.macro_index == 1
         assert state.policy_version == 0
         assert len(state.history) == 4
-        assert state.prefix_logprob_sum < 0  # the sampled actions' logprobs (-0.25 per token) are summed
+        # the sampled actions' logprobs (-0.25 per token) are summed per span
+        assert state.spans and all(s.logprob_sum == -0.25 * (s.end - s.start) for s in state.spans)
 
 
 def test_substeps_split_the_batch_into_minibatch_optimiser_steps():
@@ -339,7 +342,8 @@ def test_replay_divergence_quarantines_the_state_and_the_update_goes_on():
     for state_id in list(store.ids()):
         store.quarantine(state_id, "test: keep only the broken state")
     assert store.add(broken) and len(store) == 1
-    trainer.c.cache.clear()  # force a replay (a cached fork would not re-verify the old steps)
+    # force a replay without the fork cache (a cached fork would not re-verify the old steps)
+    trainer.c.restore_branches = lambda snap, n: locked_restore_branches(snap, n, None)
     metrics = asyncio.run(trainer.td_update(1))
     assert metrics["td/replay_divergences"] == 1.0
     assert metrics["td/reused_states"] == 0.0 and metrics["td/fresh_states"] >= 1.0  # the update went on

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tempo_rl.training.workers import EnvWorkerError, EnvWorkerPool
+from tempo_rl.envs.workers import EnvWorkerError, EnvWorkerPool
 
 
 class ToyEnv:
@@ -176,7 +176,7 @@ class RayToyEnv:
 @pytest.mark.slow
 def test_ray_actors_time_out_crash_and_are_replaced() -> None:
     ray = pytest.importorskip("ray", reason="needs the ray extra")
-    from tempo_rl.training.workers import RayEnvWorkerPool
+    from tempo_rl.envs.workers import RayEnvWorkerPool
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test module is not importable there
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -218,11 +218,11 @@ def _remote_envs_run_the_trainers_episode_runner() -> None:
     from tempo_rl.backends.local.tokenizer import build_tokenizer
     from tempo_rl.backends.types import SampledSequence, SampleResult, SamplingParams
     from tempo_rl.envs import make
+    from tempo_rl.envs.workers import RayEnvWorkerPool
+    from tempo_rl.rollout.branches import RolloutSettings, run_branches
     from tempo_rl.rollout.renderer import ChatRenderer
     from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
-    from tempo_rl.training.rollout import RolloutSettings, run_branches
-    from tempo_rl.training.store import StoredState
-    from tempo_rl.training.workers import RayEnvWorkerPool
+    from tempo_rl.training.types import StoredState
 
     chat = ChatRenderer(build_tokenizer(["go on", "take green"], vocab_size=500))
 
@@ -238,18 +238,7 @@ def _remote_envs_run_the_trainers_episode_runner() -> None:
     for _ in range(3):
         local.step(local.last_observation.admissible_actions[0])
     snapshot = local.snapshot()
-    start = StoredState(
-        id="s",
-        snapshot=snapshot,
-        game_id="keydoor:5",
-        task="",
-        initial_observation="",
-        history=(),
-        token_prefix=(),
-        prefix_logprob_sum=0.0,
-        policy_version=0,
-        macro_index=0,
-    )
+    start = StoredState.at_reset(snapshot, game_id="keydoor:5", task="", policy_version=0)
     settings = RolloutSettings(sampling=SamplingParams(max_tokens=64), max_rounds=40, segment_rounds=4)
     with RayEnvWorkerPool(max_workers=2, step_timeout_s=30.0) as pool:
         remote = pool.restore_branches(snapshot, 2)

@@ -25,14 +25,14 @@ from tempo_rl.backends.types import (
 )
 from tempo_rl.critic.generative import GenerativeCritic
 from tempo_rl.envs import ForkCache
+from tempo_rl.envs.workers import EnvWorkerPool
 from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
 from tempo_rl.testing.policies import ScriptedSamplerBase
 from tempo_rl.training.config import TrainConfig, load_config
 from tempo_rl.training.run import env_corpus, locked_restore_branches, make_env_at_reset
 from tempo_rl.training.store import StateStore
-from tempo_rl.training.trainer import TrainerComponents
-from tempo_rl.training.workers import EnvWorkerPool
+from tempo_rl.training.types import TrainerComponents
 
 SIGN = re.compile(r"A sign shows a (\w+) key")
 RIGHT = re.compile(r"the right key is (\w+)")
@@ -180,7 +180,6 @@ def scripted_components(
         parser=ToolCallParser(),
         make_env=make_env_at_reset,
         restore_branches=lambda snap, n: locked_restore_branches(snap, n, cache),
-        cache=cache,
     )
     return components, sampler, training
 

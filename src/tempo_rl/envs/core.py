@@ -1,6 +1,8 @@
 """The environment contract: what an adapter implements and what every step returns.
 
-An adapter author subclasses :class:`ReplayableEnv` and implements two methods:
+An adapter author subclasses :class:`ReplayableEnv`.
+
+**Implement in ALL subclasses:**
 
 * ``reset(seed) -> Observation``: start a new episode. The same ``seed`` (and constructor arguments) must
   always give the same initial observation.
@@ -10,7 +12,7 @@ An adapter author subclasses :class:`ReplayableEnv` and implements two methods:
   accept is **not** an exception: return the env's own feedback (e.g. ``"Nothing happens."``) as the
   observation, with whatever reward and termination the env's rules give.
 
-Optional overrides:
+**Override in SOME subclasses:**
 
 * ``privileged_info() -> str | None``: critic-only text (an expert walkthrough, hidden rules, game source).
   It is never put in an actor prompt.
@@ -21,12 +23,24 @@ Optional overrides:
   When available, replay verifies it at every step in addition to the observation text.
 * ``close()``: release processes, files and sockets.
 
+**What the trainer relies on besides the two methods:**
+
+* Constructor keyword arguments are JSON values (str, int, float, bool, None, lists and dicts of them): they
+  are stored in every :class:`~tempo_rl.envs.Snapshot` and rebuild the env on restore.
+* Construction, ``reset`` and ``step`` of *different* instances may run concurrently in worker threads (the
+  trainer restores N branches at once); one instance is only ever called from one thread at a time. Shared
+  module-level state must therefore be read-only or locked.
+* ``Observation.info`` keys the trainer reads (all optional): ``"task"`` (str, the task sentence shown to the
+  critic; see :func:`task_of`), ``"task_type"`` (str, groups evaluation results), and in ``StepResult.info``
+  ``"won"`` (bool; without it, success is ``terminated and reward > 0``).
+
 Gymnasium semantics for the two end flags (they decide TEMPO's bootstrap):
 
 * ``terminated``: the episode reached a terminal state of the MDP (won, lost). The value of what follows is
   0 by definition; TEMPO never bootstraps it.
-* ``truncated``: the episode was cut for a reason outside the MDP (a step limit). The future still has
-  value; TEMPO bootstraps it with the critic's estimate V_hat.
+* ``truncated``: the episode was cut for a reason outside the MDP (a step limit). The trainer values the
+  future at 0 by default (the task's step budget is spent), or with the critic's V_hat under
+  ``tempo.bootstrap_episode_limit``.
 """
 
 from __future__ import annotations
@@ -34,9 +48,9 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-__all__ = ["Observation", "ReplayableEnv", "StepResult"]
+__all__ = ["Observation", "ReplayableEnv", "StepResult", "task_of"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,11 @@ class Observation:
     text: str
     admissible_actions: tuple[str, ...] | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
+
+
+def task_of(observation: Observation) -> str:
+    """The task sentence an observation carries in ``info["task"]`` (``""`` when it carries none)."""
+    return str(observation.info.get("task", "")) if observation.info else ""
 
 
 @dataclass(frozen=True)
@@ -85,7 +104,14 @@ class ReplayableEnv(abc.ABC):
 
     Subclasses implement :meth:`reset` and :meth:`step`; everything else has a working default.
     See the module docstring for the full contract.
+
+    Attributes:
+        branch_restorer: optional ``"module:attribute"`` path of an adapter's own fast restorer
+            (``restorer(snapshot, n, *, verify) -> list[RecordedEnv]``, see
+            :func:`tempo_rl.envs.restore.register_restorer`), used instead of reset + generic replay.
     """
+
+    branch_restorer: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> Observation:

@@ -54,9 +54,9 @@ EnvFactoryLike = Callable[[], ReplayableEnv]
 #: the per-step state digests and the final observation digest, and raise :class:`ReplayDivergenceError`.
 Restorer = Callable[..., list[RecordedEnv]]
 
-_RESTORERS: dict[str, Restorer | str] = {
-    "alfworld": "tempo_rl.envs.alfworld.branching:restore_branches",
-}
+#: Restorers registered by name with :func:`register_restorer`; an env class can also name its own
+#: (:attr:`ReplayableEnv.branch_restorer`).
+_RESTORERS: dict[str, Restorer | str] = {}
 
 
 def register_restorer(name: str, restorer: Restorer | str | None) -> None:
@@ -76,6 +76,15 @@ def register_restorer(name: str, restorer: Restorer | str | None) -> None:
 
 def _restorer(name: str) -> Restorer | None:
     entry = _RESTORERS.get(name)
+    if entry is None:
+        from tempo_rl.envs.registry import UnknownEnvError, get_factory
+
+        try:
+            entry = getattr(get_factory(name), "branch_restorer", None)
+        except UnknownEnvError:
+            return None
+        if entry is None:
+            return None
     if isinstance(entry, str):
         module_name, _, attribute = entry.partition(":")
         resolved: Restorer = getattr(importlib.import_module(module_name), attribute)
@@ -307,9 +316,12 @@ def _replay_from_reset(snapshot: Snapshot, factory: EnvFactoryLike | None, *, ve
     return env
 
 
-def snapshot_prefix(snapshot: Snapshot, depth: int) -> Snapshot:
+def snapshot_prefix(
+    snapshot: Snapshot, depth: int, *, last_admissible: tuple[str, ...] | None = None
+) -> Snapshot:
     """The snapshot of the same episode after its first ``depth`` actions (same :attr:`Snapshot.id` as the one
-    the env would have produced at that depth). ``last_admissible`` is only known for the full depth."""
+    the env would have produced at that depth). The admissible actions at that depth are not in ``snapshot``:
+    pass them as ``last_admissible`` when known (the observation after action ``depth``)."""
     if not 0 <= depth <= len(snapshot.actions):
         raise ValueError(f"depth must be in 0..{len(snapshot.actions)}, got {depth}")
     if depth == len(snapshot.actions):
@@ -323,7 +335,7 @@ def snapshot_prefix(snapshot: Snapshot, depth: int) -> Snapshot:
         observation_digests=snapshot.observation_digests[: depth + 1],
         state_digests=snapshot.state_digests[: depth + 1] if snapshot.state_digests is not None else None,
         last_observation=texts[depth] if texts is not None else "",
-        last_admissible=None,
+        last_admissible=last_admissible,
         observation_texts=texts[: depth + 1] if texts is not None else None,
     )
 

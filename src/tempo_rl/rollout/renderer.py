@@ -31,7 +31,15 @@ from typing import Any
 
 from tempo_rl.backends.types import Tokenizer
 
-__all__ = ["ChatRenderer", "Extension", "Message", "PromptState", "RendererStats", "TemplateError"]
+__all__ = [
+    "ChatRenderer",
+    "Extension",
+    "Message",
+    "PromptState",
+    "PromptWindow",
+    "RendererStats",
+    "TemplateError",
+]
 
 Message = Mapping[str, Any]  #: ``{"role": "system"|"user"|"assistant"|"tool", "content": str, ...}``
 
@@ -52,6 +60,42 @@ class PromptState:
     tokens: tuple[int, ...]
     messages: tuple[Message, ...]
     head: int = 0
+
+
+@dataclass(frozen=True)
+class PromptWindow:
+    """What the renderer needs, besides the tokens, to extend a stored prompt: the head messages (through the
+    first user turn) and the last message.
+
+    Attributes:
+        messages: the head messages, then the last message (if it is not part of the head).
+        head: how many leading messages form the head.
+    """
+
+    messages: tuple[Mapping[str, Any], ...]
+    head: int
+
+    @classmethod
+    def of(cls, prompt: PromptState) -> PromptWindow:
+        """The window of a live prompt."""
+        head = list(prompt.messages[: prompt.head])
+        last = list(prompt.messages[-1:]) if len(prompt.messages) > prompt.head else []
+        return cls(messages=tuple(dict(m) for m in head + last), head=prompt.head)
+
+    def prompt_state(self, tokens: Sequence[int]) -> PromptState:
+        """The renderer state of the prompt ``tokens`` rendered with this window."""
+        return PromptState(
+            tokens=tuple(tokens), messages=tuple(dict(m) for m in self.messages), head=self.head
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"messages": [...], "head": int}``."""
+        return {"messages": [dict(m) for m in self.messages], "head": self.head}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PromptWindow:
+        """Inverse of :meth:`to_json`."""
+        return cls(messages=tuple(dict(m) for m in data["messages"]), head=int(data["head"]))
 
 
 @dataclass(frozen=True)

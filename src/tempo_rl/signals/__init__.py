@@ -8,7 +8,8 @@ the seed write-up)::
     (3) A_n = R_n - G                        group_advantages     (centred, no std division)
     (4) r_k = -|V_k - G| / R_max             critic_rewards       (then centred over k with group_advantages)
 
-plus :func:`monte_carlo_returns` (warm-up targets), :func:`degenerate_groups` (groups with no gradient) and
+:func:`td_batch` composes (1)-(3) for a whole TD update (``[S, N]`` arrays with a mask), plus
+:func:`monte_carlo_returns` (warm-up targets), :func:`degenerate_groups` (groups with no gradient) and
 :func:`prefix_importance_weights` (correction for stale prefixes), and, outside TEMPO, :func:`kl_penalized_advantages`
 (an optional KL anchor to a reference policy: A'_t = A_t - beta * (log pi(a_t) - log pi_ref(a_t))).
 
@@ -22,10 +23,12 @@ from tempo_rl.signals.critic import CRITIC_ERRORS, critic_rewards
 from tempo_rl.signals.kl import kl_penalized_advantages
 from tempo_rl.signals.prefix import prefix_importance_weights
 from tempo_rl.signals.returns import branch_returns, monte_carlo_returns, td_targets
+from tempo_rl.signals.td import TDBatch, td_batch
 
 __all__ = [
     "CRITIC_ERRORS",
     "STD_EPS",
+    "TDBatch",
     "branch_returns",
     "critic_rewards",
     "degenerate_groups",
@@ -33,5 +36,6 @@ __all__ = [
     "kl_penalized_advantages",
     "monte_carlo_returns",
     "prefix_importance_weights",
+    "td_batch",
     "td_targets",
 ]

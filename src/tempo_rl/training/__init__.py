@@ -1,11 +1,15 @@
-"""Training: configs, N-branch rollouts, the MacroStepTrainer (TEMPO and a GRPO baseline), runs and checkpoints.
+"""Training: configs, the MacroStepTrainer (TEMPO and a GRPO baseline), runs and checkpoints.
 
 Entry points:
 
 * :func:`train_run` (``tempo-rl train``): a whole run in a run directory, resumable after a crash;
 * :class:`TempoTrainer` / :class:`GrpoTrainer`: the update loops on top of :class:`MacroStepTrainer`, for users
   who assemble their own components (:class:`TrainerComponents`);
-* :func:`load_config` / :class:`TrainConfig`: pydantic configs from TOML with ``key=value`` overrides.
+* :func:`load_config` / :class:`TrainConfig`: pydantic configs from TOML with ``key=value`` overrides;
+* :mod:`tempo_rl.training.types`: the trainer's contract (:class:`StoredState`, :class:`StartState`, the store
+  and env-pool Protocols, :class:`TrainerComponents`).
+
+The rollout loop itself is :func:`tempo_rl.rollout.run_branches`.
 
 Names are imported lazily (importing this package imports no optional dependency).
 """
@@ -19,21 +23,17 @@ _EXPORTS = {
     "ConfigError": "tempo_rl.training.config",
     "TrainConfig": "tempo_rl.training.config",
     "load_config": "tempo_rl.training.config",
-    "BranchResult": "tempo_rl.training.rollout",
-    "RolloutSettings": "tempo_rl.training.rollout",
-    "run_branches": "tempo_rl.training.rollout",
-    "build_actor_messages": "tempo_rl.training.rollout",
     "MacroStepTrainer": "tempo_rl.training.trainer",
-    "TrainerComponents": "tempo_rl.training.trainer",
+    "StartState": "tempo_rl.training.types",
+    "TrainerComponents": "tempo_rl.training.types",
     "TrainerState": "tempo_rl.training.trainer",
     "TempoTrainer": "tempo_rl.training.tempo",
     "GrpoTrainer": "tempo_rl.training.grpo",
     "warm_start": "tempo_rl.training.warmstart",
     "build_trainer": "tempo_rl.training.run",
     "train_run": "tempo_rl.training.run",
-    "DEFAULT_CONFIG": "tempo_rl.training.run",
     "StateStore": "tempo_rl.training.store",
-    "StoredState": "tempo_rl.training.store",
+    "StoredState": "tempo_rl.training.types",
 }
 
 __all__ = sorted(_EXPORTS)

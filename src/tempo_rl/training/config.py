@@ -358,8 +358,8 @@ class WorkersConfig(_Model):
     """Where env calls run: a thread pool (default) or Ray actors (``ray`` extra).
 
     With ``ray = false`` envs live in the trainer process; their steps run on up to ``max_workers`` threads
-    (:class:`~tempo_rl.training.workers.EnvWorkerPool`). With ``ray = true`` (``pip install 'tempo-rl[ray]'``)
-    every env lives in its own Ray actor (:class:`~tempo_rl.training.workers.RayEnvWorkerPool`): fresh games are
+    (:class:`~tempo_rl.envs.workers.EnvWorkerPool`). With ``ray = true`` (``pip install 'tempo-rl[ray]'``)
+    every env lives in its own Ray actor (:class:`~tempo_rl.envs.workers.RayEnvWorkerPool`): fresh games are
     built and reset there, a restore starts N actors that each replay and verify the snapshot in parallel, and
     steps are awaited with the ``step_timeout_s`` deadline (a hung actor is killed for real and replaced). The
     rollout code is the same for both. Ray is initialised on first use unless it already is (call

@@ -14,7 +14,7 @@ Definitions (per group of episodes; rates are fractions in [0, 1]; NaN when the 
 * ``valid_tool_call_rate`` = readable tool calls / steps; ``admissible_action_rate`` = admissible actions /
   steps whose admissible list was known; ``error_rate`` = episodes ended by an env error / episodes.
 
-The episodes are played by the trainer's own episode runner (:func:`tempo_rl.training.rollout.run_branches`
+The episodes are played by the trainer's own episode runner (:func:`tempo_rl.rollout.run_branches`
 with no macro boundary), so evaluation sees exactly the prompts and parsing of training.
 """
 
@@ -156,7 +156,7 @@ def episode_record(
     task_type: str | None = None,
     invalid_action: str = INVALID_ACTION,
 ) -> EpisodeRecord:
-    """A record of a played full-episode branch (:class:`~tempo_rl.training.rollout.BranchResult`).
+    """A record of a played full-episode branch (:class:`~tempo_rl.rollout.BranchResult`).
 
     Args:
         game: the game it was played on.
@@ -314,14 +314,15 @@ async def play_episodes(
 
     Args:
         games: the evaluation games.
-        sampler, chat, settings, pool, parser: as for :func:`tempo_rl.training.rollout.run_branches`
+        sampler, chat, settings, pool, parser: as for :func:`tempo_rl.rollout.run_branches`
             (``settings.segment_rounds`` should be None: full episodes).
         make_env: ``(spec, seed) -> live env at reset`` (default: :func:`tempo_rl.envs.make` + ``reset``).
         batch_size: games played concurrently.
         policy_version: recorded in the start states.
     """
-    from tempo_rl.training.rollout import run_branches
-    from tempo_rl.training.store import StoredState
+    from tempo_rl.envs.core import task_of
+    from tempo_rl.rollout.branches import run_branches
+    from tempo_rl.training.types import StoredState
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -346,17 +347,8 @@ async def play_episodes(
                 snapshot = env.snapshot()
                 openings.append(obs)
                 starts.append(
-                    StoredState(
-                        id=snapshot.id,
-                        snapshot=snapshot,
-                        game_id=g.id,
-                        task=str(obs.info.get("task", "")) if obs.info else "",
-                        initial_observation=obs.text,
-                        history=(),
-                        token_prefix=(),
-                        prefix_logprob_sum=0.0,
-                        policy_version=policy_version,
-                        macro_index=0,
+                    StoredState.at_reset(
+                        snapshot, game_id=g.id, task=task_of(obs), policy_version=policy_version
                     )
                 )
             results, _ = await run_branches(

@@ -15,12 +15,11 @@ gradient at all, while TEMPO's bootstrapped endpoint values can still separate b
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from tempo_rl.signals import degenerate_groups, group_advantages
-from tempo_rl.training.tempo import rollout_metrics
+from tempo_rl.training.metrics import rollout_metrics
 from tempo_rl.training.trainer import MacroStepTrainer, UpdateTimer
 
 __all__ = ["GrpoTrainer"]
@@ -35,10 +34,9 @@ class GrpoTrainer(MacroStepTrainer):
     async def update(self, index: int) -> dict[str, float]:
         g = self.config.grpo
         timer = UpdateTimer()
-        t0 = time.perf_counter()
-        games = [self.next_fresh_game() for _ in range(g.games_per_batch)]
-        starts, _failed = await self.fresh_starts(g.group_size, games)
-        timer.add("restore", time.perf_counter() - t0)
+        with timer.part("restore"):
+            games = [self.next_fresh_game() for _ in range(g.games_per_batch)]
+            starts, _failed = await self.fresh_starts(g.group_size, games)
         results, rstats = await self.play(starts, segment_rounds=None, timer=timer)
         returns = np.array([[b.segment_reward for b in row] for row in results], dtype=np.float64)
         mask = np.array([[b.end_reason != "error" for b in row] for row in results], dtype=bool)
@@ -70,7 +68,7 @@ class GrpoTrainer(MacroStepTrainer):
             }
         )
         metrics.update(rollout_metrics(rstats))
-        metrics.update({f"time/{k}_s": v for k, v in timer.parts.items()})
+        metrics.update(timer.metrics())
         self.write_trajectories(
             [
                 {

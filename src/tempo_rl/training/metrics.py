@@ -20,13 +20,31 @@ import numbers
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from tempo_rl._optional import require
 
-__all__ = ["METRICS_FILE", "MetricsLogger", "ProgressBar", "read_metrics"]
+if TYPE_CHECKING:
+    from tempo_rl.critic.base import CriticEstimates
+    from tempo_rl.rollout.branches import BranchResult, RolloutStats
+    from tempo_rl.signals.td import TDBatch
+    from tempo_rl.training.tempo import EndpointValues
+    from tempo_rl.training.types import StartState
+
+__all__ = [
+    "METRICS_FILE",
+    "MetricsLogger",
+    "ProgressBar",
+    "branch_metrics",
+    "critic_metrics",
+    "read_metrics",
+    "rollout_metrics",
+    "td_metrics",
+]
 
 #: The metrics file name inside a run directory.
 METRICS_FILE = "metrics.jsonl"
@@ -223,3 +241,143 @@ class MetricsLogger:
 def _dumps(record: Mapping[str, float]) -> str:
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
     return json.dumps(clean, separators=(",", ":"), allow_nan=False)
+
+
+# ------------------------------------------------------------------------------------------------ update metrics
+# What one update reports, as functions of its data. Counts are floats (the JSONL's one value type); rates are
+# fractions of the set named in their definition; NaN where that set is empty (undefined, not 0).
+
+
+def nanmean(values: Sequence[float] | np.ndarray) -> float:
+    """The mean of the finite entries of ``values``; NaN when there is none."""
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    return float(arr.mean()) if arr.size else math.nan
+
+
+def correlation(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson correlation over pairs where both are finite; NaN with < 2 pairs or zero variance."""
+    a = np.asarray(x, dtype=np.float64)
+    b = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    if a.size < 2 or a.std() == 0 or b.std() == 0:
+        return math.nan
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def critic_metrics(estimates: Sequence[CriticEstimates], targets: Sequence[float]) -> dict[str, float]:
+    """Critic metrics over start/boundary states, each with K samples and its target G.
+
+    * ``critic/abs_error_mean``: mean ``|V_k - G|`` over parsed samples (R_max units as the values);
+    * ``critic/parse_failure_rate``: unparsed samples / samples (a fraction of samples);
+    * ``critic/prompt_too_long_rate``: states whose prompt had to be shortened / states (a fraction of states);
+    * ``critic/mean_estimate_mean``: mean over states of the mean parsed estimate;
+    * ``critic/value_corr``: Pearson correlation between the per-state mean estimate and G across states;
+    * ``critic/states``: how many states.
+    """
+    errors: list[float] = []
+    means: list[float] = []
+    samples = failures = too_long = 0
+    for est, g in zip(estimates, targets):
+        parsed = est.values[np.isfinite(est.values)]
+        errors.extend(np.abs(parsed - g).tolist())
+        means.append(float(parsed.mean()) if parsed.size else math.nan)
+        samples += est.k
+        failures += est.parse_failures
+        too_long += int(est.prompt_too_long)
+    n = len(estimates)
+    return {
+        "critic/abs_error_mean": nanmean(errors),
+        "critic/parse_failure_rate": failures / samples if samples else math.nan,
+        "critic/prompt_too_long_rate": too_long / n if n else math.nan,
+        "critic/mean_estimate_mean": nanmean(means),
+        "critic/value_corr": correlation(means, list(targets)),
+        "critic/states": float(n),
+    }
+
+
+def rollout_metrics(stats: RolloutStats, prefix: str = "rollout") -> dict[str, float]:
+    """Tool-call and action validity rates, each a fraction of the turns named in its definition.
+
+    * ``valid_tool_call_rate`` = turns with a readable tool call / turns;
+    * ``admissible_action_rate`` = admissible actions / turns with a readable call and a known admissible list;
+    * ``valid_action_rate`` = turns with a readable call whose action was admissible / turns with a known list;
+    * ``template_restarts`` = chat-template history rewrites (each starts a new training sequence of its branch).
+    """
+    turns = stats.turns
+    return {
+        f"{prefix}/turns": float(turns),
+        f"{prefix}/valid_tool_call_rate": stats.valid_tool_calls / turns if turns else math.nan,
+        f"{prefix}/admissible_action_rate": (
+            stats.admissible_actions / stats.admissible_known_valid
+            if stats.admissible_known_valid
+            else math.nan
+        ),
+        f"{prefix}/valid_action_rate": (
+            stats.admissible_actions / stats.admissible_known if stats.admissible_known else math.nan
+        ),
+        f"{prefix}/env_errors": float(stats.env_errors),
+        f"{prefix}/sampled_tokens": float(stats.sampled_tokens),
+        f"{prefix}/template_restarts": float(stats.template_restarts),
+    }
+
+
+def branch_metrics(branches: Sequence[BranchResult], kept: np.ndarray) -> dict[str, float]:
+    """How the played branches ended (``actor/*``): each rate is a fraction of all branches; ``kept`` marks
+    the branches whose return counts."""
+    return {
+        "actor/terminal_won_rate": nanmean([b.won for b in branches]),
+        "actor/terminated_rate": nanmean([b.terminated for b in branches]),
+        "actor/macro_boundary_rate": nanmean([b.end_reason == "macro_boundary" for b in branches]),
+        "actor/max_rounds_rate": nanmean([b.end_reason == "max_rounds" for b in branches]),
+        "actor/token_budget_rate": nanmean([b.end_reason == "token_budget" for b in branches]),
+        "actor/dropped_branches": float(np.sum(~np.asarray(kept, dtype=bool))),
+        "actor/env_errors": float(sum(b.end_reason == "error" for b in branches)),
+    }
+
+
+def td_metrics(
+    starts: Sequence[StartState],
+    results: Sequence[Sequence[BranchResult]],
+    batch: TDBatch,
+    endpoints: EndpointValues,
+) -> dict[str, float]:
+    """The actor side of a TD update: starts, branch outcomes, returns and targets, endpoint values.
+
+    ``actor/value_gap_zero_reward`` is the mean, over starts with >= 2 kept, bootstrapped, zero-reward branches,
+    of the spread (max - min) of those branches' endpoint values: how much the critic separates branches that
+    the env reward alone cannot.
+    """
+    mask, bootstrap, seg, values = (
+        batch.mask,
+        endpoints.bootstrap,
+        endpoints.segment_rewards,
+        endpoints.values,
+    )
+    valid = np.flatnonzero(mask.any(axis=1))
+    gaps = []
+    for i in range(len(results)):
+        js = np.flatnonzero(mask[i] & bootstrap[i] & (seg[i] == 0.0))
+        if len(js) >= 2:
+            gaps.append(float(np.ptp(values[i, js])))
+    n_fresh = sum(1 for s in starts if s.fresh)
+    valued = [values[i, j] for i, j in endpoints.queried if mask[i, j]]
+    return {
+        "td/fresh_states": float(n_fresh),
+        "td/fresh_share": n_fresh / len(starts) if starts else math.nan,
+        "td/macro_index_mean": nanmean([s.state.macro_index for s in starts]),
+        "td/start_round_mean": nanmean([s.state.snapshot.round_index for s in starts]),
+        "actor/segment_reward_mean": nanmean(seg[mask]),
+        **branch_metrics([b for row in results for b in row], mask.ravel()),
+        "actor/degenerate_group_rate": float(np.mean(batch.degenerate[valid])) if valid.size else math.nan,
+        "actor/value_target_mean": nanmean(batch.targets[valid]),
+        "actor/value_target_std": float(np.std(batch.targets[valid])) if valid.size else math.nan,
+        "actor/value_gap_zero_reward": nanmean(gaps),
+        "actor/return_mean": nanmean(batch.returns[mask]),
+        "critic/endpoint_value_mean": nanmean(valued),
+        "critic/endpoint_parse_failures": float(endpoints.unparsed),
+        "critic/endpoint_parse_failure_rate": (
+            endpoints.unparsed / len(endpoints.queried) if endpoints.queried else math.nan
+        ),
+    }

@@ -16,9 +16,9 @@ observation and template tokens are context: the env, not the policy, produced t
 version that sampled token t and log-probabilities are natural logs of the raw policy (temperature 1, what the
 samplers report and :meth:`~tempo_rl.backends.types.SamplingClient.compute_logprobs` returns).
 
-Bookkeeping: every stored state carries, in ``StoredState.extra[PREFIX_SPANS_KEY]``, the assistant-token spans
-of its prefix as JSON rows ``[start, end, version, logprob_sum]`` (half-open token positions, the version that
-sampled them and the sum of their sampled logprobs); :func:`endpoint_prefix_spans` builds them when the
+Bookkeeping: every stored state carries, in :attr:`StoredState.spans`, the assistant-token spans of its prefix
+(:class:`~tempo_rl.training.types.PrefixSpan`: half-open token positions, the version that sampled them and the
+sum of their sampled logprobs); :func:`endpoint_spans` builds them when the
 trainer stores an endpoint. At the start of a TD update :meth:`PrefixCorrection.compute` recomputes, with ONE
 ``compute_logprobs`` call per distinct start state (its N branches reuse it), the current logprobs of the
 spans whose version differs from the current one. Spans sampled by the current version contribute exactly 0
@@ -33,7 +33,6 @@ change is the actor's weight relative to the critic Datums of the same batch, an
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -43,17 +42,15 @@ from typing import Any, Literal
 import numpy as np
 
 from tempo_rl.signals import prefix_importance_weights
+from tempo_rl.training.types import PrefixSpan, StoredState
 
 __all__ = [
     "DEFAULT_PREFIX_CLIP",
     "PREFIX_MODES",
-    "PREFIX_SPANS_KEY",
     "PrefixCorrection",
     "PrefixMode",
-    "PrefixSpan",
     "PrefixWeights",
-    "endpoint_prefix_spans",
-    "prefix_spans",
+    "endpoint_spans",
     "sampled_spans",
     "weight_metrics",
 ]
@@ -66,47 +63,8 @@ PREFIX_MODES: tuple[str, ...] = ("off", "ratio", "clipped")
 #: Default ``(low, high)`` bounds of the clipped prefix ratio.
 DEFAULT_PREFIX_CLIP: tuple[float, float] = (0.5, 2.0)
 
-#: Where a stored state keeps its assistant-token spans (``StoredState.extra``).
-PREFIX_SPANS_KEY = "prefix_spans"
-
 #: Quantiles reported for the weight distribution.
 _QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
-
-
-@dataclass(frozen=True)
-class PrefixSpan:
-    """A run of consecutive assistant tokens of a stored prefix, sampled by one policy version.
-
-    Attributes:
-        start: first token position (0-based, into ``StoredState.token_prefix``).
-        end: one past the last position (half-open, ``end > start``).
-        version: the policy version that sampled these tokens.
-        logprob_sum: the sampler's summed logprob (nats) of ``token_prefix[start:end]``.
-    """
-
-    start: int
-    end: int
-    version: int
-    logprob_sum: float
-
-    def to_json(self) -> list[float | int]:
-        """``[start, end, version, logprob_sum]`` (what ``StoredState.extra`` holds)."""
-        return [self.start, self.end, self.version, self.logprob_sum]
-
-    @classmethod
-    def from_json(cls, row: Sequence[Any]) -> PrefixSpan:
-        """Inverse of :meth:`to_json`; raises ``ValueError`` on a malformed row."""
-        if len(row) != 4:
-            raise ValueError(f"a prefix span is [start, end, version, logprob_sum]; got {row!r}")
-        span = cls(int(row[0]), int(row[1]), int(row[2]), float(row[3]))
-        if (
-            span.start < 0
-            or span.end <= span.start
-            or span.version < 0
-            or not math.isfinite(span.logprob_sum)
-        ):
-            raise ValueError(f"invalid prefix span {row!r}: need 0 <= start < end, version >= 0, finite sum")
-        return span
 
 
 def sampled_spans(
@@ -141,36 +99,16 @@ def sampled_spans(
     return spans
 
 
-def prefix_spans(state: Any) -> tuple[PrefixSpan, ...] | None:
-    """The assistant-token spans of a stored state's prefix.
-
-    ``()`` for an empty prefix; ``None`` when the state has a prefix but no recorded spans (it was not stored
-    by this trainer version). Raises ``ValueError`` on malformed, overlapping or out-of-range spans.
-    """
-    rows = (getattr(state, "extra", None) or {}).get(PREFIX_SPANS_KEY)
-    if rows is None:
-        return () if not state.token_prefix else None
-    spans = tuple(PrefixSpan.from_json(r) for r in rows)
-    n = len(state.token_prefix)
-    for a, b in itertools.pairwise(spans):
-        if b.start < a.end:
-            raise ValueError(f"state {state.id}: prefix spans overlap or are unsorted ({a} then {b})")
-    if spans and spans[-1].end > n:
-        raise ValueError(f"state {state.id}: prefix span {spans[-1]} ends past the prefix length {n}")
-    return spans
-
-
-def endpoint_prefix_spans(start: Any, branch: Any, end: int, version: int) -> list[list[float | int]]:
-    """JSON spans of an endpoint stored from ``branch`` with prefix ``branch.tokens[:end]``.
+def endpoint_spans(start: StoredState, sequence: Any, end: int, version: int) -> list[PrefixSpan]:
+    """Spans of an endpoint stored from a branch sequence with prefix ``sequence.tokens[:end]``.
 
     The start's own spans (positions are shared: a branch's token list begins with its start's prefix)
-    followed by the branch's sampled tokens before ``end``, tagged with ``version`` (the policy that sampled
+    followed by the sequence's sampled tokens before ``end``, tagged with ``version`` (the policy that sampled
     them). A start whose spans are unknown yields spans for this segment only (its older part then counts as
     context).
     """
-    parent = prefix_spans(start) or ()
-    own = sampled_spans(branch.sampled_mask, branch.logprobs, version, end=end)
-    return [s.to_json() for s in (*parent, *own)]
+    own = sampled_spans(sequence.sampled_mask, sequence.logprobs, version, end=end)
+    return [*(start.spans or ()), *own]
 
 
 @dataclass(frozen=True)
@@ -331,7 +269,9 @@ class PrefixCorrection:
         """The segment scale c: M with segment scaling, else 1."""
         return float(self.segments) if self.segment_scaling else 1.0
 
-    async def compute(self, sampler: Any, states: Sequence[Any], policy_version: int) -> PrefixWeights:
+    async def compute(
+        self, sampler: Any, states: Sequence[StoredState], policy_version: int
+    ) -> PrefixWeights:
         """Prefix weights of ``states`` under ``sampler`` (the current policy, version ``policy_version``).
 
         One ``compute_logprobs`` call per distinct state id with stale spans (states sharing an id reuse it);
@@ -351,7 +291,7 @@ class PrefixCorrection:
         todo: dict[str, tuple[Any, tuple[PrefixSpan, ...]]] = {}
         rows: list[tuple[int, str, tuple[PrefixSpan, ...]]] = []
         for i, state in enumerate(states):
-            spans = prefix_spans(state)
+            spans = state.spans
             if spans is None:
                 unknown[i] = True
                 continue

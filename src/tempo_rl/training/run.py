@@ -38,14 +38,15 @@ from tempo_rl.critic.generative import GenerativeCritic
 from tempo_rl.critic.prompt import build_critic_messages
 from tempo_rl.envs import ForkCache, make, restore_branches
 from tempo_rl.envs.snapshot import EnvSpec, Snapshot
+from tempo_rl.rollout.prompts import build_actor_messages, format_observation
 from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
 from tempo_rl.training.checkpoint import atomic_write_text, latest_checkpoint, save_checkpoint
 from tempo_rl.training.config import ConfigError, TrainConfig, load_config
-from tempo_rl.training.rollout import build_actor_messages, format_observation
+from tempo_rl.training.metrics import nanmean as _nanmean
 from tempo_rl.training.store import StateStore
-from tempo_rl.training.tempo import _nanmean
-from tempo_rl.training.trainer import MacroStepTrainer, TrainerComponents, TrainerState
+from tempo_rl.training.trainer import MacroStepTrainer, TrainerState
+from tempo_rl.training.types import TrainerComponents
 
 __all__ = [
     "CONFIG_FILE",
@@ -195,11 +196,11 @@ def env_workers(
 
     * ``workers.ray = false``: envs live in this process; ``make_env`` / ``restore_branches`` build them here
       (restores share a :class:`~tempo_rl.envs.ForkCache`, so envs with a native fork copy instead of
-      replaying) and steps run on an :class:`~tempo_rl.training.workers.EnvWorkerPool` of threads.
-    * ``workers.ray = true``: a :class:`~tempo_rl.training.workers.RayEnvWorkerPool`; ``make_env`` starts an
+      replaying) and steps run on an :class:`~tempo_rl.envs.workers.EnvWorkerPool` of threads.
+    * ``workers.ray = true``: a :class:`~tempo_rl.envs.workers.RayEnvWorkerPool`; ``make_env`` starts an
       actor that builds and resets the game, ``restore_branches`` starts ``n`` actors that each restore the
       snapshot by verified replay, in parallel (a divergence raises here, and the trainer quarantines the
-      state). The envs are :class:`~tempo_rl.training.workers.RemoteEnv` proxies; no fork cache.
+      state). The envs are :class:`~tempo_rl.envs.workers.RemoteEnv` proxies; no fork cache.
 
     Raises:
         tempo_rl._optional.MissingDependencyError: ``workers.ray = true`` without the ``ray`` extra (the
@@ -207,7 +208,7 @@ def env_workers(
     """
     w = config.workers
     if w.ray:
-        from tempo_rl.training.workers import RayEnvWorkerPool
+        from tempo_rl.envs.workers import RayEnvWorkerPool
 
         ray_pool = RayEnvWorkerPool(
             max_workers=w.max_workers,
@@ -222,7 +223,7 @@ def env_workers(
 
         return ray_pool, ray_pool.make_at_reset, restore_remote, None
 
-    from tempo_rl.training.workers import EnvWorkerPool
+    from tempo_rl.envs.workers import EnvWorkerPool
 
     pool = EnvWorkerPool(max_workers=w.max_workers, step_timeout_s=w.step_timeout_s)
     cache = ForkCache()
@@ -274,7 +275,7 @@ def build_trainer(
         per_game_cap=config.store.per_game_cap,
         max_age_versions=config.store.max_age_versions,
     )
-    pool, make_env, restore_n, cache = env_workers(config)
+    pool, make_env, restore_n, _cache = env_workers(config)
     components = TrainerComponents(
         training_client=training,
         sampler=sampler,
@@ -285,7 +286,6 @@ def build_trainer(
         parser=ToolCallParser(),
         make_env=make_env,
         restore_branches=restore_n,
-        cache=cache,
     )
     if config.algorithm == "tempo":
         from tempo_rl.training.tempo import TempoTrainer

@@ -35,95 +35,22 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tempo_rl.envs.snapshot import Snapshot
+from tempo_rl.training.types import PrefixSpan, PromptWindow, StoredState
 
-__all__ = [
-    "STORE_SCHEMA_VERSION",
-    "QuarantineRecord",
-    "StateStore",
-    "StoredState",
-    "Turn",
-    "make_state_id",
-]
+__all__ = ["STORE_SCHEMA_VERSION", "QuarantineRecord", "StateStore"]
 
 #: Bumped when the SQLite layout changes; a newer store is refused rather than misread.
 STORE_SCHEMA_VERSION = 1
 
-#: One interaction round after the initial observation: (action text, observation text).
-Turn = tuple[str, str]
-
 _DIGEST_BYTES = 16
-_MAX_TOKEN = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class StoredState:
-    """A state the trainer can restart from.
-
-    Attributes:
-        id: a unique id (see :func:`make_state_id`).
-        snapshot: how to rebuild and verify the env state (spec, seed, action history, digests).
-        game_id: the game / task instance this state belongs to (for the per-game cap).
-        task: the task sentence.
-        initial_observation: the reset observation text.
-        history: the ``(action, observation)`` turns since reset (the critic's condensed history).
-        token_prefix: the exact actor prompt tokens to continue from (sampled tokens never re-tokenized).
-        prefix_logprob_sum: sum of the sampler's logprobs (natural log) of the prefix's assistant tokens under
-            the policy that produced them; the trainer's prefix importance correction uses it.
-        policy_version: the policy version (update index) that produced the newest part of the prefix.
-        macro_index: how many macro-steps of H rounds led here (0 = an episode start).
-        parent_id: the state this one was branched from, if any.
-        privileged_info: critic-only text for this episode (never shown to the actor).
-        extra: JSON-serialisable extras (e.g. renderer bookkeeping); stored verbatim.
-    """
-
-    id: str
-    snapshot: Snapshot
-    game_id: str
-    task: str
-    initial_observation: str
-    history: tuple[Turn, ...]
-    token_prefix: tuple[int, ...]
-    prefix_logprob_sum: float
-    policy_version: int
-    macro_index: int
-    parent_id: str | None = None
-    privileged_info: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError("StoredState.id must be a non-empty str (see make_state_id)")
-        if not isinstance(self.snapshot, Snapshot):
-            raise TypeError(f"StoredState.snapshot must be a Snapshot, got {type(self.snapshot).__name__}")
-        object.__setattr__(self, "history", tuple((str(a), str(o)) for a, o in self.history))
-        object.__setattr__(self, "token_prefix", tuple(int(t) for t in self.token_prefix))
-        if self.policy_version < 0 or self.macro_index < 0:
-            raise ValueError(
-                f"StoredState.policy_version and .macro_index must be >= 0, "
-                f"got {self.policy_version} and {self.macro_index}"
-            )
-        if not math.isfinite(self.prefix_logprob_sum):
-            raise ValueError(f"StoredState.prefix_logprob_sum must be finite, got {self.prefix_logprob_sum}")
-        if any(t < 0 or t > _MAX_TOKEN for t in self.token_prefix):
-            raise ValueError(f"StoredState.token_prefix holds ids outside [0, {_MAX_TOKEN}]")
-
-
-def make_state_id(snapshot: Snapshot, token_prefix: Sequence[int]) -> str:
-    """A content id: BLAKE2b-96 (hex) over the snapshot id and the token prefix.
-
-    Two states with the same env state but different prompts (different sampled reasoning) get different ids.
-    """
-    h = hashlib.blake2b(snapshot.id.encode(), digest_size=12)
-    h.update(np.asarray(token_prefix, dtype="<i8").tobytes())
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -584,22 +511,7 @@ class StateStore:
                 f"state store is corrupt: state {state_id!r} prefix has {tokens.shape[0]} tokens, "
                 f"expected {prefix_len}"
             )
-        record = json.loads(zlib.decompress(payload))
-        return StoredState(
-            id=state_id,
-            snapshot=Snapshot.model_validate(record["snapshot"]),
-            game_id=record["game_id"],
-            task=record["task"],
-            initial_observation=record["initial_observation"],
-            history=tuple((a, o) for a, o in record["history"]),
-            token_prefix=tuple(tokens.tolist()),
-            prefix_logprob_sum=float(record["prefix_logprob_sum"]),
-            policy_version=int(record["policy_version"]),
-            macro_index=int(record["macro_index"]),
-            parent_id=record["parent_id"],
-            privileged_info=record["privileged_info"],
-            extra=record["extra"],
-        )
+        return _decode_payload(state_id, tuple(tokens.tolist()), json.loads(zlib.decompress(payload)))
 
 
 def _encode_payload(state: StoredState) -> bytes:
@@ -607,20 +519,39 @@ def _encode_payload(state: StoredState) -> bytes:
         "snapshot": state.snapshot.model_dump(mode="json"),
         "game_id": state.game_id,
         "task": state.task,
-        "initial_observation": state.initial_observation,
-        "history": [list(turn) for turn in state.history],
-        "prefix_logprob_sum": state.prefix_logprob_sum,
         "policy_version": state.policy_version,
         "macro_index": state.macro_index,
         "parent_id": state.parent_id,
         "privileged_info": state.privileged_info,
-        "extra": dict(state.extra),
+        "prompt": state.prompt.to_json() if state.prompt is not None else None,
+        "spans": [s.to_json() for s in state.spans] if state.spans is not None else None,
     }
     try:
         text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"StoredState {state.id!r} is not JSON-serialisable (check .extra): {exc}") from exc
+        raise ValueError(f"StoredState {state.id!r} is not JSON-serialisable: {exc}") from exc
     return zlib.compress(text.encode("utf-8"), 6)
+
+
+def _decode_payload(state_id: str, tokens: tuple[int, ...], record: Mapping[str, Any]) -> StoredState:
+    """A state from its JSON record; records of stores written before 0.x kept the prompt window and the
+    spans in ``extra`` (``extra["prompt"]``, ``extra["prefix_spans"]``) and are read too."""
+    extra = record.get("extra") or {}
+    prompt = record.get("prompt", extra.get("prompt"))
+    spans = record.get("spans", extra.get("prefix_spans", () if not tokens else None))
+    return StoredState(
+        id=state_id,
+        snapshot=Snapshot.model_validate(record["snapshot"]),
+        game_id=record["game_id"],
+        task=record["task"],
+        token_prefix=tokens,
+        policy_version=int(record["policy_version"]),
+        macro_index=int(record["macro_index"]),
+        prompt=PromptWindow.from_json(prompt) if prompt else None,
+        spans=tuple(PrefixSpan.from_json(r) for r in spans) if spans is not None else None,
+        parent_id=record["parent_id"],
+        privileged_info=record["privileged_info"],
+    )
 
 
 class _Transaction:

@@ -22,24 +22,27 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from tempo_rl.backends.types import AdamParams, Datum, SamplingClient, SamplingParams, TrainingClient
-from tempo_rl.critic.base import Critic, CriticEstimates, CriticQuery
-from tempo_rl.envs.snapshot import EnvSpec, Snapshot
+from tempo_rl.backends.types import AdamParams, Datum, SamplingClient, SamplingParams
+from tempo_rl.critic.base import CriticEstimates, CriticQuery
+from tempo_rl.envs.core import task_of
+from tempo_rl.envs.snapshot import EnvSpec
+from tempo_rl.rollout.branches import BranchResult, RolloutSettings, RolloutStats, run_branches
 from tempo_rl.rollout.datums import completion_datum, make_datum
-from tempo_rl.rollout.tool_call import ToolCallParser
 from tempo_rl.signals import kl_penalized_advantages
 from tempo_rl.training.config import TrainConfig
-from tempo_rl.training.rollout import BranchResult, RolloutSettings, RolloutStats, run_branches
-from tempo_rl.training.store import StoredState
+from tempo_rl.training.types import StartState, StoredState, TrainerComponents
 
-__all__ = ["MacroStepTrainer", "StartState", "TrainerComponents", "TrainerState", "UpdateTimer"]
+__all__ = ["MacroStepTrainer", "TrainerState", "UpdateTimer"]
+
+T = TypeVar("T")
 
 #: Advantages at or below this magnitude carry no gradient: such Datums are not sent.
 ADV_ATOL = 1e-12
@@ -88,43 +91,6 @@ class TrainerState:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-@dataclass
-class TrainerComponents:
-    """What a trainer drives (built by :func:`tempo_rl.training.run.build_components`).
-
-    Attributes:
-        training_client: forward_backward / optim_step / save_state.
-        sampler: the sampling client of the current policy version.
-        chat: the actor's :class:`~tempo_rl.rollout.renderer.ChatRenderer`.
-        critic: the critic (usually :class:`~tempo_rl.critic.GenerativeCritic`).
-        store: the :class:`~tempo_rl.training.store.StateStore`.
-        pool: the env worker pool (``await pool.call(env, method, *args)``).
-        parser: the single-tool-call parser.
-        make_env: ``(spec, seed) -> live env`` at the reset state (a ``RecordedEnv``).
-        restore_branches: ``(snapshot, n) -> n live envs`` at the snapshot's state (verified).
-    """
-
-    training_client: TrainingClient
-    sampler: SamplingClient
-    chat: Any
-    critic: Critic
-    store: Any
-    pool: Any
-    parser: ToolCallParser
-    make_env: Callable[[Any, int], Any]
-    restore_branches: Callable[[Snapshot, int], list[Any]]
-    cache: Any = None
-
-
-@dataclass
-class StartState:
-    """A start of N branches: a stored state or a fresh game, with its live branch envs."""
-
-    state: StoredState
-    envs: list[Any]
-    fresh: bool
-
-
 class UpdateTimer:
     """Wall-clock split of one update into named parts (seconds)."""
 
@@ -135,6 +101,19 @@ class UpdateTimer:
     def add(self, name: str, seconds: float) -> None:
         """Add ``seconds`` to part ``name``."""
         self.parts[name] = self.parts.get(name, 0.0) + seconds
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        """Time the ``with`` block into part ``name``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
+
+    def metrics(self) -> dict[str, float]:
+        """``time/{part}_s`` for every part."""
+        return {f"time/{k}_s": v for k, v in self.parts.items()}
 
     def total(self) -> float:
         """Seconds since the timer was created."""
@@ -177,6 +156,7 @@ class MacroStepTrainer(abc.ABC):
         self._write_trajectories = write_trajectories
         self.fresh_start_failures = 0  # fresh games whose build/reset failed (dropped, counted)
         self._reference: SamplingClient | None = None  # the KL anchor's frozen policy (kl.coef > 0)
+        self._runner: asyncio.Runner | None = None
 
     # ---------------------------------------------------------------------------------------------- loop
 
@@ -197,12 +177,12 @@ class MacroStepTrainer(abc.ABC):
             if max_updates is not None and done >= max_updates:
                 return
             t0 = time.perf_counter()
-            metrics = asyncio.run(self.update(self.state.update))
+            metrics = self.run_async(self.update(self.state.update))
             metrics["time/update_seconds"] = time.perf_counter() - t0
             if self._should_eval(self.state.update + 1):
                 t1 = time.perf_counter()
                 metrics.update(
-                    asyncio.run(
+                    self.run_async(
                         self.evaluate(self.config.run.eval_episodes, updates_done=self.state.update + 1)
                     )
                 )
@@ -216,6 +196,20 @@ class MacroStepTrainer(abc.ABC):
             if self._on_update_end is not None:
                 self._on_update_end(self)
             done += 1
+
+    def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the trainer's event loop: one loop for the trainer's life (created on first use,
+        closed by :meth:`close`), so the pools' locks and the clients' futures are bound to one loop."""
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+            self._finalizer = weakref.finalize(self, self._runner.close)
+        return self._runner.run(coro)
+
+    def close(self) -> None:
+        """Close the trainer's event loop (a later :meth:`run_async` opens a new one)."""
+        if self._runner is not None:
+            self._finalizer()
+            self._runner = None
 
     def reliability_metrics(self) -> dict[str, float]:
         """Failure counters since this process started: env worker calls, errors, timeouts and replaced workers
@@ -239,7 +233,7 @@ class MacroStepTrainer(abc.ABC):
         """Evaluation before the first update (logged at step 0), when evaluation is enabled."""
         if self.config.run.eval_every <= 0:
             return {}
-        return asyncio.run(self.evaluate(self.config.run.eval_episodes, updates_done=0))
+        return self.run_async(self.evaluate(self.config.run.eval_episodes, updates_done=0))
 
     # ---------------------------------------------------------------------------------------------- starts
 
@@ -280,22 +274,14 @@ class MacroStepTrainer(abc.ABC):
         env = await asyncio.to_thread(self.c.make_env, spec, seed)
         snapshot = env.snapshot()
         obs = env.last_observation
-        envs = [env]
+        envs: list[Any] = [env]
         if n > 1:
             envs += await asyncio.to_thread(self.c.restore_branches, snapshot, n - 1)
-        task = str(obs.info.get("task", "")) if obs.info else ""
-        state = StoredState(
-            id=snapshot.id,
-            snapshot=snapshot,
+        state = StoredState.at_reset(
+            snapshot,
             game_id=str(spec.kwargs.get(self.config.env.game_kwarg) or f"{spec.name}:{seed}"),
-            task=task,
-            initial_observation=obs.text,
-            history=(),
-            token_prefix=(),
-            prefix_logprob_sum=0.0,
+            task=task_of(obs),
             policy_version=self.state.policy_version,
-            macro_index=0,
-            parent_id=None,
             privileged_info=env.privileged_info(),
         )
         return StartState(state=state, envs=envs, fresh=True)
@@ -365,7 +351,7 @@ class MacroStepTrainer(abc.ABC):
     async def rollout(
         self, starts: Sequence[StartState], settings: RolloutSettings
     ) -> tuple[list[list[BranchResult]], RolloutStats]:
-        """Play the branches of every start (see :func:`~tempo_rl.training.rollout.run_branches`)."""
+        """Play the branches of every start (see :func:`~tempo_rl.rollout.run_branches`)."""
         return await run_branches(
             [s.state for s in starts],
             [s.envs for s in starts],
@@ -391,10 +377,11 @@ class MacroStepTrainer(abc.ABC):
 
     # ---------------------------------------------------------------------------------------------- critic
 
-    def critic_query(
-        self, state: StoredState, history: Sequence[tuple[str, str]], round_index: int
-    ) -> CriticQuery:
-        """The critic's view of a state: task, initial observation, history, privileged info, step budget."""
+    def critic_query(self, state: StoredState, branch: BranchResult | None = None) -> CriticQuery:
+        """The critic's view of a state (or, given ``branch``, of that branch's endpoint from ``state``): task,
+        initial observation, history, privileged info, step budget."""
+        history = branch.history if branch is not None else state.history
+        round_index = branch.round_index if branch is not None else state.snapshot.round_index
         t = self.config.tempo
         remaining = max(0, t.max_rounds - round_index) if self.config.sampling.show_remaining_steps else None
         return CriticQuery(

@@ -4,7 +4,7 @@ Small local models start from random weights and would never produce a valid too
 signal. The warm start behaviour-clones the env's expert (:meth:`ReplayableEnv.walkthrough`) on
 ``warmstart.episodes`` training games:
 
-* a demonstration is the actor's own conversation format (:func:`~tempo_rl.training.rollout.build_actor_messages`,
+* a demonstration is the actor's own conversation format (:func:`~tempo_rl.rollout.build_actor_messages`,
   observation turns, one tool call per turn), rendered token-exactly with the actor's renderer;
 * with probability ``warmstart.noise`` a step executes a random admissible action instead of the expert's (as
   context only: weight 0, so the model sees off-expert states but does not learn to act randomly); the demo goes
@@ -36,8 +36,8 @@ from tempo_rl.backends.types import AdamParams, Datum
 from tempo_rl.critic.base import CriticQuery
 from tempo_rl.envs.snapshot import EnvSpec
 from tempo_rl.rollout.datums import SequenceBuilder, sft_datum
+from tempo_rl.rollout.prompts import OBSERVATION_ROLE, build_actor_messages, format_observation
 from tempo_rl.rollout.tool_call import format_tool_call
-from tempo_rl.training.rollout import OBSERVATION_ROLE, build_actor_messages, format_observation
 
 if TYPE_CHECKING:  # pragma: no cover
     from tempo_rl.training.trainer import MacroStepTrainer

@@ -103,6 +103,9 @@ class AlfworldEnv(ReplayableEnv):
         cache_dir: where planner walkthroughs are cached (default :func:`default_cache_dir`).
     """
 
+    #: replay applies the recorded PDDL operators without generating text (see :mod:`.branching`)
+    branch_restorer = "tempo_rl.envs.alfworld.branching:restore_branches"
+
     def __init__(
         self,
         game_file: str | Path,

@@ -1,7 +1,7 @@
 """N-branch macro-step rollouts and full episodes, with exact token prefixes.
 
 One call of :func:`run_branches` plays many *branches* in lockstep rounds. Each branch starts from a
-:class:`~tempo_rl.training.store.StoredState` (a fresh episode start has an empty token prefix) on its own live
+:class:`~tempo_rl.training.types.StoredState` (a fresh episode start has an empty token prefix) on its own live
 env (restored and verified beforehand, see :meth:`MacroStepTrainer.restore_start`) and repeats:
 
 1. sample one assistant turn from the current prompt (``sample_async``; all branches of one round concurrently;
@@ -49,88 +49,47 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from tempo_rl.backends.types import SampledSequence, SamplingClient, SamplingParams
 from tempo_rl.envs.core import Observation, StepResult
-from tempo_rl.rollout.renderer import PromptState
-from tempo_rl.rollout.tool_call import INVALID_ACTION, ToolCallParser, format_tool_call
+from tempo_rl.envs.snapshot import Snapshot
+from tempo_rl.rollout.prompts import OBSERVATION_ROLE, build_actor_messages, format_observation
+from tempo_rl.rollout.renderer import PromptState, PromptWindow
+from tempo_rl.rollout.tool_call import INVALID_ACTION, ToolCallParser
 
 __all__ = [
-    "ACTOR_SYSTEM_PROMPT",
-    "INVALID_ACTION",
-    "OBSERVATION_ROLE",
     "BranchResult",
     "EndReason",
     "RolloutSettings",
+    "RolloutStart",
     "RolloutStats",
     "TokenSequence",
-    "build_actor_messages",
-    "format_observation",
-    "prompt_state_of",
-    "prompt_window",
     "run_branches",
 ]
 
 EndReason = Literal["terminated", "max_rounds", "macro_boundary", "token_budget", "error"]
 
-#: The chat role of observation turns after the opening user turn.
-OBSERVATION_ROLE = "tool"
 
-#: Where a stored state keeps its renderer window (see :func:`prompt_state_of`).
-PROMPT_KEY = "prompt"
+class RolloutStart(Protocol):
+    """Where branches start (:class:`~tempo_rl.training.types.StoredState` is one): an env state, the turns
+    that led there and the exact actor prompt; an empty ``token_prefix`` is a fresh episode, whose opening
+    prompt is rendered from the reset observation."""
 
-#: The actor's system prompt. ``{example}`` is replaced by an example tool call of the configured tool.
-ACTOR_SYSTEM_PROMPT = (
-    "You act in a text environment. Each turn, reply with exactly one tool call holding one of the listed "
-    "actions, e.g. {example}"
-)
+    @property
+    def snapshot(self) -> Snapshot: ...
 
+    @property
+    def token_prefix(self) -> tuple[int, ...]: ...
 
-def format_observation(
-    observation: Observation,
-    *,
-    remaining_steps: int | None = None,
-    status: str | None = None,
-) -> str:
-    """The text of one observation turn shown to the actor.
+    @property
+    def history(self) -> tuple[tuple[str, str], ...]: ...
 
-    ``status`` (e.g. ``"invalid tool call"``) comes first, then the observation text, the admissible actions
-    when the env lists them, and the remaining step budget when shown. Never includes privileged information:
-    only :attr:`Observation.text` and :attr:`Observation.admissible_actions` are read.
-    """
-    parts = []
-    if status:
-        parts.append(f"[{status}]")
-    parts.append(observation.text)
-    if observation.admissible_actions is not None:
-        parts.append("Actions: " + " | ".join(observation.admissible_actions))
-    if remaining_steps is not None:
-        parts.append(f"Steps left: {remaining_steps}")
-    return "\n".join(parts)
-
-
-def build_actor_messages(
-    observation: Observation,
-    *,
-    tool_name: str = "env_step",
-    remaining_steps: int | None = None,
-    system_prompt: str = ACTOR_SYSTEM_PROMPT,
-) -> list[dict[str, str]]:
-    """The actor's opening chat ``[system, user]`` for a reset observation (the public prompt builder).
-
-    The user turn is :func:`format_observation` of the reset observation: the env's own text (which carries the
-    task), the admissible actions and the step budget. Privileged information is never an input here.
-    """
-    return [
-        {
-            "role": "system",
-            "content": system_prompt.replace("{example}", format_tool_call("look", tool_name)),
-        },
-        {"role": "user", "content": format_observation(observation, remaining_steps=remaining_steps)},
-    ]
+    def prompt_state(self) -> PromptState:
+        """The renderer state of ``token_prefix`` (only called when it is not empty)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -256,8 +215,7 @@ class BranchResult:
     turn_starts: list[int] = field(default_factory=list)
     admissible: tuple[str, ...] | None = None
     prompt: Any = None
-    windows: list[dict[str, Any]] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
+    windows: list[PromptWindow] = field(default_factory=list)
     turn_seq: list[int] = field(default_factory=list)
     earlier: list[TokenSequence] = field(default_factory=list)
 
@@ -330,7 +288,7 @@ def _won(result: StepResult) -> bool:
 
 
 async def run_branches(
-    starts: Sequence[Any],
+    starts: Sequence[RolloutStart],
     envs: Sequence[Sequence[Any]],
     *,
     sampler: SamplingClient,
@@ -342,8 +300,8 @@ async def run_branches(
     """Play ``len(envs[i])`` branches from each start ``starts[i]`` in lockstep rounds.
 
     Args:
-        starts: start states (:class:`~tempo_rl.training.store.StoredState`-like: ``token_prefix``, ``history``,
-            ``snapshot``); an empty ``token_prefix`` means a fresh episode (the opening prompt is rendered).
+        starts: start states (see :class:`RolloutStart`); an empty ``token_prefix`` means a fresh episode (the
+            opening prompt is rendered).
         envs: for each start, its live branch envs, all at exactly the start state (from
             :func:`tempo_rl.envs.restore_branches`).
         sampler: the actor's sampling client.
@@ -369,7 +327,7 @@ async def run_branches(
         t0 = time.perf_counter()
         opening = _current_observation(group[0], start) if group else None
         if start.token_prefix:
-            prompt = prompt_state_of(start)
+            prompt = start.prompt_state()
         else:
             assert opening is not None
             prompt = chat.start(
@@ -441,7 +399,7 @@ async def run_branches(
         for b, _env, seq in order:
             b.turn_starts.append(len(b.tokens))
             b.turn_seq.append(len(b.earlier))
-            b.windows.append(prompt_window(b.prompt))
+            b.windows.append(PromptWindow.of(b.prompt))
             b.tokens.extend(seq.tokens)
             b.logprobs.extend(float(x) for x in seq.logprobs)
             b.sampled_mask.extend([True] * len(seq.tokens))
@@ -521,29 +479,6 @@ async def run_branches(
     return branches, stats
 
 
-def prompt_window(state: PromptState) -> dict[str, Any]:
-    """The part of a prompt state the renderer needs to extend it (JSON): the head messages (through the first
-    user turn) and the last message. Stored with a state in ``StoredState.extra["prompt"]``."""
-    head = list(state.messages[: state.head])
-    last = list(state.messages[-1:]) if len(state.messages) > state.head else []
-    return {"messages": [dict(m) for m in head + last], "head": state.head}
-
-
-def prompt_state_of(start: Any) -> PromptState:
-    """Rebuild the renderer state of a stored start from its token prefix and stored window."""
-    window = (start.extra or {}).get(PROMPT_KEY)
-    if not window:
-        raise ValueError(
-            f"stored state {start.id} has a token prefix but no renderer window in extra[{PROMPT_KEY!r}]; "
-            "it was not stored by tempo_rl.training"
-        )
-    return PromptState(
-        tokens=tuple(start.token_prefix),
-        messages=tuple(dict(m) for m in window["messages"]),
-        head=int(window["head"]),
-    )
-
-
 def _request_params(params: SamplingParams, round_no: int, k: int) -> SamplingParams:
     """A distinct, reproducible seed per request (same base seed -> same run; never two requests alike)."""
     if params.seed is None:
@@ -561,14 +496,9 @@ def _snapshot(env: Any) -> Any:
     return snap() if callable(snap) else None
 
 
-def _current_observation(env: Any, start: Any) -> Observation:
+def _current_observation(env: Any, start: RolloutStart) -> Observation:
     last = getattr(env, "last_observation", None)
     if isinstance(last, Observation):
         return last
     snap = start.snapshot
     return Observation(text=snap.last_observation, admissible_actions=snap.last_admissible)
-
-
-def mean_or_nan(values: Sequence[float]) -> float:
-    """The mean of ``values``; NaN for an empty sequence (metrics of empty sets are 'undefined', not 0)."""
-    return float(np.mean(values)) if len(values) else math.nan
