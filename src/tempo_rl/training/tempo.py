@@ -409,12 +409,7 @@ class TempoTrainer(MacroStepTrainer):
         with timer.part("restore"):
             starts, divergences = await self.td_starts()
         results, rstats = await self.play(starts, segment_rounds=t.macro_rounds, timer=timer)
-        queried = [(i, j) for i, row in enumerate(results) for j, b in enumerate(row) if bootstraps(b, t)]
-        with timer.part("sampling"):
-            endpoint_estimates = await self.estimate_many(
-                [self.critic_query(starts[i].state, results[i][j]) for i, j in queried], t.endpoint_samples
-            )
-        endpoints = endpoint_values(results, queried, endpoint_estimates, t)
+        endpoints = await self.value_endpoints(starts, results, timer)
         batch = td_batch(endpoints.segment_rewards, endpoints.values, endpoints.bootstrap, endpoints.mask)
         correction = PrefixCorrection.from_config(t)
         prefix = await correction.compute(
@@ -423,44 +418,65 @@ class TempoTrainer(MacroStepTrainer):
         timer.add("prefix", prefix.seconds)
         critic_idx = np.flatnonzero(batch.mask.any(axis=1)).tolist()
         with timer.part("sampling"):
-            start_estimates = await self.estimate_many(
-                [self.critic_query(starts[i].state) for i in critic_idx], t.critic_samples
-            )
+            queries = [self.critic_query(starts[i].state) for i in critic_idx]
+            start_estimates = await self.estimate_many(queries, t.critic_samples)
         targets = [float(batch.targets[i]) for i in critic_idx]
-        metrics = critic_metrics(start_estimates, targets)
-        datums, kl_metrics = await self.td_actor_datums(
-            results, batch, correction.apply(batch.advantages, prefix), timer
+        actor_advantages = correction.apply(batch.advantages, prefix)
+        actor, kl_metrics = await self.td_actor_datums(results, batch, actor_advantages, timer)
+        critic, critic_degenerate = self.critic_datums_of(start_estimates, targets, td=True)
+        new_states = self.td_endpoint_states(starts, results, batch)  # sampled by the version before the step
+        metrics = {**critic_metrics(start_estimates, targets), **self.train_step([*actor, *critic], timer)}
+        with timer.part("store"):
+            added = sum(1 for s in new_states if self.c.store.add(s))
+            self.c.store.evict_stale(self.state.policy_version)
+        metrics.update(
+            **kl_metrics,
+            **prefix.metrics(),
+            **td_metrics(starts, results, batch, endpoints),
+            **self.td_store_metrics(starts, added, divergences),
+            **{"critic/degenerate_group_rate": critic_degenerate},
+            **rollout_metrics(rstats),
+            **timer.metrics(),
         )
-        critic_datums, critic_degenerate = self.critic_datums_of(start_estimates, targets, td=True)
-        new_states = [
+        self.write_trajectories(td_records(index, starts, results, batch, endpoints))
+        return metrics
+
+    async def value_endpoints(
+        self, starts: Sequence[StartState], results: Sequence[Sequence[BranchResult]], timer: UpdateTimer
+    ) -> EndpointValues:
+        """E critic samples on every bootstrapped endpoint (see :func:`bootstraps`), as :class:`EndpointValues`."""
+        t = self.config.tempo
+        queried = [(i, j) for i, row in enumerate(results) for j, b in enumerate(row) if bootstraps(b, t)]
+        with timer.part("sampling"):
+            queries = [self.critic_query(starts[i].state, results[i][j]) for i, j in queried]
+            estimates = await self.estimate_many(queries, t.endpoint_samples)
+        return endpoint_values(results, queried, estimates, t)
+
+    def td_endpoint_states(
+        self, starts: Sequence[StartState], results: Sequence[Sequence[BranchResult]], batch: TDBatch
+    ) -> list[StoredState]:
+        """The kept macro-boundary endpoints that can be continued, as children of their starts."""
+        states = (
             self.endpoint_state(starts[i].state, b, b.rounds)
             for i, row in enumerate(results)
             for j, b in enumerate(row)
             if b.end_reason == "macro_boundary" and batch.mask[i, j]
-        ]
-        metrics.update(self.train_step([*datums, *critic_datums], timer))
-        with timer.part("store"):  # endpoints (sampled by the version before this step) join the store
-            added = sum(1 for s in new_states if s is not None and self.c.store.add(s))
-            self.c.store.evict_stale(self.state.policy_version)
+        )
+        return [s for s in states if s is not None]
+
+    def td_store_metrics(
+        self, starts: Sequence[StartState], added: int, divergences: int
+    ) -> dict[str, float]:
+        """The store's side of a TD update (``td/*``); counts the reused starts into the run's total."""
         reused = sum(1 for s in starts if not s.fresh)
         self.state.states_reused_total += reused
-        metrics.update(
-            {
-                **kl_metrics,
-                **prefix.metrics(),
-                **td_metrics(starts, results, batch, endpoints),
-                "td/store_size": float(len(self.c.store)),
-                "td/new_endpoints": float(added),
-                "td/reused_states": float(reused),
-                "td/reused_states_total": float(self.state.states_reused_total),
-                "td/replay_divergences": float(divergences),
-                "critic/degenerate_group_rate": critic_degenerate,
-                **rollout_metrics(rstats),
-                **timer.metrics(),
-            }
-        )
-        self.write_trajectories(td_records(index, starts, results, batch, endpoints))
-        return metrics
+        return {
+            "td/store_size": float(len(self.c.store)),
+            "td/new_endpoints": float(added),
+            "td/reused_states": float(reused),
+            "td/reused_states_total": float(self.state.states_reused_total),
+            "td/replay_divergences": float(divergences),
+        }
 
     async def td_starts(self) -> tuple[list[StartState], int]:
         """This update's starts (restored stored states, then fresh games; see :func:`choose_starts`) and how
