@@ -290,3 +290,32 @@ def test_states_survive_sigkill_mid_run(tmp_path: Path) -> None:
         for sid in store.ids():
             i = int(sid[1:])
             assert store.get(sid).token_prefix == tuple(range(i, i + 2000))
+
+
+def test_records_of_earlier_stores_keep_their_prompt_window_and_spans() -> None:
+    """Stores written before StoredState had typed fields kept the window and spans in ``extra``."""
+    from tempo_rl.training.store import _decode_payload
+
+    snap = state([1, 2, 3]).snapshot
+    record = {
+        "snapshot": snap.model_dump(mode="json"),
+        "game_id": "g0",
+        "task": "t",
+        "initial_observation": "You are in a room.",
+        "history": [["look", "you did look"]],
+        "prefix_logprob_sum": -1.0,
+        "policy_version": 2,
+        "macro_index": 1,
+        "parent_id": None,
+        "privileged_info": None,
+        "extra": {
+            "prompt": {"messages": [{"role": "user", "content": "hi"}], "head": 1},
+            "prefix_spans": [[1, 3, 2, -1.0]],
+        },
+    }
+    old = _decode_payload("old", (1, 2, 3), record)
+    assert old.prompt is not None and old.prompt.head == 1 and old.prompt.messages[0]["content"] == "hi"
+    assert old.spans is not None and [s.to_json() for s in old.spans] == [[1, 3, 2, -1.0]]
+    assert old.history == (("look", "you did look"),)
+    del record["extra"]["prefix_spans"]
+    assert _decode_payload("old", (1, 2, 3), record).spans is None  # a prefix with unknown spans

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from tempo_rl.critic.base import CriticEstimates
     from tempo_rl.rollout.branches import BranchResult, RolloutStats
     from tempo_rl.signals.td import TDBatch
-    from tempo_rl.training.tempo import EndpointValues
-    from tempo_rl.training.types import StartState
+    from tempo_rl.training.types import EndpointValues, StartState
 
 __all__ = [
     "METRICS_FILE",

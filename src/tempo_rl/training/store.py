@@ -219,24 +219,7 @@ class StateStore:
                     added.append(False)
                     continue
                 self._enforce_limits(cur, incoming_game=state.game_id)
-                hashes = self._put_prefix(cur, state)
-                cur.execute(
-                    "INSERT INTO states (id, game_id, policy_version, macro_index, parent_id, prefix_len, "
-                    "chunk_hashes, payload, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        state.id,
-                        state.game_id,
-                        state.policy_version,
-                        state.macro_index,
-                        state.parent_id,
-                        len(state.token_prefix),
-                        hashes,
-                        _encode_payload(state),
-                        time.time(),
-                    ),
-                )
-                seq = cur.lastrowid
-                assert seq is not None
+                seq = self._insert(cur, state)
                 self._active[state.id] = _Meta(
                     seq, state.game_id, state.policy_version, state.macro_index, len(state.token_prefix)
                 )
@@ -274,21 +257,7 @@ class StateStore:
             if row is None:
                 if not isinstance(state, StoredState):
                     raise KeyError(f"no state with id {sid!r} in the store; pass the StoredState itself")
-                cur.execute(
-                    "INSERT INTO states (id, game_id, policy_version, macro_index, parent_id, prefix_len, "
-                    "chunk_hashes, payload, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        state.id,
-                        state.game_id,
-                        state.policy_version,
-                        state.macro_index,
-                        state.parent_id,
-                        len(state.token_prefix),
-                        self._put_prefix(cur, state),
-                        _encode_payload(state),
-                        time.time(),
-                    ),
-                )
+                self._insert(cur, state)
             cur.execute(
                 "UPDATE states SET quarantined = 1, reason = ?, diff = ?, quarantined_at = ? WHERE id = ?",
                 (reason, diff, time.time(), sid),
@@ -463,6 +432,26 @@ class StateStore:
         self._games[game_id] -= 1
         if self._games[game_id] <= 0:
             del self._games[game_id]
+
+    def _insert(self, cur: sqlite3.Cursor, state: StoredState) -> int:
+        """Insert ``state`` (its prefix chunks, then its row); returns the row's insertion sequence number."""
+        cur.execute(
+            "INSERT INTO states (id, game_id, policy_version, macro_index, parent_id, prefix_len, "
+            "chunk_hashes, payload, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                state.id,
+                state.game_id,
+                state.policy_version,
+                state.macro_index,
+                state.parent_id,
+                len(state.token_prefix),
+                self._put_prefix(cur, state),
+                _encode_payload(state),
+                time.time(),
+            ),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
     def _put_prefix(self, cur: sqlite3.Cursor, state: StoredState) -> bytes:
         data = np.asarray(state.token_prefix, dtype="<i4").tobytes()

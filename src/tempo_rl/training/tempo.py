@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,31 +60,9 @@ from tempo_rl.training.config import TempoConfig
 from tempo_rl.training.metrics import critic_metrics, nanmean, rollout_metrics, td_metrics
 from tempo_rl.training.prefix_correction import PrefixCorrection, endpoint_spans, sampled_spans
 from tempo_rl.training.trainer import MacroStepTrainer, UpdateTimer
-from tempo_rl.training.types import StartState, StoredState
+from tempo_rl.training.types import EndpointValues, StartState, StoredState
 
-__all__ = ["EndpointValues", "TempoTrainer", "choose_starts", "endpoint_state"]
-
-
-@dataclass(frozen=True)
-class EndpointValues:
-    """What the TD targets need of the played branches (``[S, N]`` arrays).
-
-    Attributes:
-        segment_rewards: r_n, the reward of each branch's segment.
-        values: V_hat_n at each queried endpoint (0 elsewhere; an unparsed endpoint is dropped or substituted).
-        bootstrap: the endpoint is valued (a macro boundary; the episode step limit with
-            ``tempo.bootstrap_episode_limit``); False for terminal, token-budget and failed branches.
-        mask: the branch counts (no env error, and its endpoint value is known or substituted).
-        queried: the ``(s, n)`` of every endpoint the critic valued, in query order.
-        unparsed: queried endpoints none of whose E samples parsed.
-    """
-
-    segment_rewards: np.ndarray
-    values: np.ndarray
-    bootstrap: np.ndarray
-    mask: np.ndarray
-    queried: list[tuple[int, int]]
-    unparsed: int
+__all__ = ["TempoTrainer", "choose_starts", "endpoint_state"]
 
 
 def bootstraps(branch: BranchResult, tempo: TempoConfig) -> bool:

@@ -29,6 +29,7 @@ from tempo_rl.rollout.renderer import ChatRenderer, PromptState, PromptWindow
 from tempo_rl.rollout.tool_call import ToolCallParser
 
 __all__ = [
+    "EndpointValues",
     "EnvPool",
     "PrefixSpan",
     "StartState",
@@ -237,6 +238,28 @@ class StartState:
     state: StoredState
     envs: list[Any]
     fresh: bool
+
+
+@dataclass(frozen=True)
+class EndpointValues:
+    """What the TD targets need of the played branches (``[S, N]`` arrays).
+
+    Attributes:
+        segment_rewards: r_n, the reward of each branch's segment.
+        values: V_hat_n at each queried endpoint (0 elsewhere; an unparsed endpoint is dropped or substituted).
+        bootstrap: the endpoint is valued (a macro boundary; the episode step limit with
+            ``tempo.bootstrap_episode_limit``); False for terminal, token-budget and failed branches.
+        mask: the branch counts (no env error, and its endpoint value is known or substituted).
+        queried: the ``(s, n)`` of every endpoint the critic valued, in query order.
+        unparsed: queried endpoints none of whose E samples parsed.
+    """
+
+    segment_rewards: np.ndarray
+    values: np.ndarray
+    bootstrap: np.ndarray
+    mask: np.ndarray
+    queried: list[tuple[int, int]]
+    unparsed: int
 
 
 @runtime_checkable
