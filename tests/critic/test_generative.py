@@ -19,9 +19,9 @@ from tempo_rl.critic import (
     bootstrap_value,
     build_critic_messages,
     endpoint_value,
-    kept_turns,
     status_counts,
 )
+from tempo_rl.critic.prompt import kept_turns
 
 
 def word_renderer(messages: Sequence[dict[str, str]]) -> list[int]:

@@ -11,19 +11,12 @@ from tempo_rl.critic.base import (
     CriticEstimates,
     CriticQuery,
     CriticSample,
-    Turn,
     bootstrap_value,
     endpoint_value,
 )
-from tempo_rl.critic.generative import GenerativeCritic, RenderFn, as_render_fn, status_counts
+from tempo_rl.critic.generative import GenerativeCritic, status_counts
 from tempo_rl.critic.parse import ValueParse, ValueStatus, classify_value, parse_value, validate_r_max
-from tempo_rl.critic.prompt import (
-    DEFAULT_CRITIC_SYSTEM_PROMPT,
-    Message,
-    build_critic_messages,
-    condense_history,
-    kept_turns,
-)
+from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, build_critic_messages
 
 __all__ = [
     "DEFAULT_CRITIC_SYSTEM_PROMPT",
@@ -32,18 +25,12 @@ __all__ = [
     "CriticQuery",
     "CriticSample",
     "GenerativeCritic",
-    "Message",
-    "RenderFn",
-    "Turn",
     "ValueParse",
     "ValueStatus",
-    "as_render_fn",
     "bootstrap_value",
     "build_critic_messages",
     "classify_value",
-    "condense_history",
     "endpoint_value",
-    "kept_turns",
     "parse_value",
     "status_counts",
     "validate_r_max",
