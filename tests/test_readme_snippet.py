@@ -68,3 +68,12 @@ def test_every_python_block_in_the_readme_runs() -> None:
     assert len(blocks) >= 2, "the README should show the signals and the environment snippets"
     for i, block in enumerate(blocks):
         _run(block, f"README.md:python-block-{i}")
+
+
+def test_readme_is_at_most_100_lines_besides_the_snippet() -> None:
+    """The README is for users (issue 21): at most 100 lines, not counting the marker and the signals snippet's
+    fenced block; measurement history belongs in docs/results.md."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    snippet_lines = len(extract_snippet(readme).splitlines()) + 3  # the marker and the two fences
+    counted = len(readme.splitlines()) - snippet_lines
+    assert counted <= 100, f"README.md has {counted} lines besides the signals snippet; move detail to docs/"
