@@ -146,9 +146,9 @@ class SamplingConfig(_Model):
     critic_answer_prefix: str = Field(
         default="",
         description=(
-            "text the critic's turn starts with, written into its prompt (e.g. '<value>': the model samples "
-            "only the number and '</value>', and cannot reason first); for small models; leave empty for a "
-            "critic that should reason"
+            "text the critic's turn starts with, written into its prompt (e.g. '<value>': the model then "
+            "samples only the number and '</value>', and cannot reason first); leave empty for a critic that "
+            "should reason"
         ),
     )
     max_trajectory_tokens: int = Field(
@@ -178,8 +178,9 @@ class TempoConfig(_Model):
         default=None,
         ge=1,
         description=(
-            "optimiser steps per critic-only warm-up update (minibatches of its critic Datums); None = "
-            "optim.substeps. More steps per sampled batch let the critic learn from fewer warm-up episodes"
+            "optimiser steps per critic-only warm-up update: its critic Datums are split into this many "
+            "minibatches, each its own forward_backward + optim_step; None = optim.substeps (TD updates always "
+            "use optim.substeps)"
         ),
     )
     warmup_states_per_episode: int | None = Field(
@@ -197,10 +198,10 @@ class TempoConfig(_Model):
     td_critic_baseline: Literal["group_mean", "none"] = Field(
         default="group_mean",
         description=(
-            "the baseline of the critic rewards in TD updates: 'group_mean' centres them within the K samples of "
-            "a state (TEMPO); 'none' trains on the rewards themselves (the REINFORCE gradient of the expected "
-            "error, unbiased with more variance), so K samples that agree on a wrong value still carry a "
-            "gradient. The warm-up always centres (uncentred, a small critic's warm-up collapsed: docs/results.md)"
+            "the baseline of the critic rewards c_k in TD updates: 'group_mean' (TEMPO) trains "
+            "B_k = c_k - mean_k c_k over the K samples of a state; 'none' trains B_k = c_k, the REINFORCE "
+            "gradient of the expected error (unbiased, more variance), so K samples that agree on a wrong value "
+            "still carry a gradient. The warm-up always centres"
         ),
     )
     td_critic_weight: float = Field(
@@ -209,9 +210,9 @@ class TempoConfig(_Model):
         le=1.0,
         allow_inf_nan=False,
         description=(
-            "scales the critic samples' advantages in TD updates (the warm-up keeps 1), as PPO's value-loss "
-            "coefficient weighs its value loss: actor and critic share the weights and Adam's per-weight step "
-            "sizes, so a smaller weight leaves the actor's gradient a larger share (docs/results.md)"
+            "w in (0, 1]: the critic samples' advantages in TD updates are w * B_k (the warm-up keeps w = 1), "
+            "like PPO's value-loss coefficient; actor and critic share the weights and the optimiser, so w sets "
+            "the critic's share of each TD optimiser step"
         ),
     )
     unparsed_endpoint: Literal["drop", "substitute"] = Field(
@@ -272,9 +273,9 @@ class OptimConfig(_Model):
         default=1e-12,
         gt=0.0,
         description=(
-            "Adam's epsilon (the services' default). At 1e-12 Adam scales the faint gradients a critic update "
-            "leaves on the actor's weights up to full steps; in a tiny model trained from scratch that breaks the "
-            "actor's tool calls within a few critic-only updates, and 1e-6 narrows it (docs/results.md)"
+            "Adam's epsilon: a weight's step is lr * m_hat / (sqrt(v_hat) + eps), so a weight whose gradient "
+            "RMS is far below eps moves by much less than lr; at 1e-12 (the services' default) every weight "
+            "moves by about lr, however faint its gradient"
         ),
     )
     weight_decay: float = Field(default=0.0, ge=0.0)
