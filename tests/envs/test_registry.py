@@ -92,3 +92,16 @@ def test_register_rules():
         assert isinstance(make("lazy-knights").env, KnightsEnv)
     finally:
         unregister("lazy-knights")
+
+
+def test_find_games_lists_matching_files_sorted_and_names_an_empty_folder(tmp_path) -> None:
+    from tempo_rl.envs.games import NoGamesError, find_games
+
+    for name in ("b", "a", "c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "game.tw-pddl").write_text("{}")
+    (tmp_path / "a" / "other.json").write_text("{}")
+    files = find_games(str(tmp_path), "**/game.tw-pddl")
+    assert [f.split("/")[-2] for f in files] == ["a", "b", "c"]
+    with pytest.raises(NoGamesError, match=r"no game file matches '\*\.z8' under"):
+        find_games(str(tmp_path), "*.z8")

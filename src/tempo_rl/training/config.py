@@ -98,14 +98,16 @@ class EnvConfig(_Model):
             index %= self.num_train_seeds
         return self.train_seed_start + index
 
-    def _game_files(self, folder: str) -> list[str]:
-        files = sorted(str(p) for p in Path(folder).glob(self.games_glob) if p.is_file())
-        if not files:
+    def _game_files(self, folder: str) -> tuple[str, ...]:
+        from tempo_rl.envs.games import NoGamesError, find_games
+
+        try:
+            return find_games(folder, self.games_glob)
+        except NoGamesError as exc:
             raise ConfigError(
-                f"env: no game file matches {self.games_glob!r} under {folder!r}; point env.games_dir / "
-                "env.eval_games_dir at a folder of games (e.g. an ALFWorld json_2.1.1/<split> folder)"
-            )
-        return files
+                f"env: {exc}; point env.games_dir / env.eval_games_dir at a folder of games (e.g. an ALFWorld "
+                "json_2.1.1/<split> folder)"
+            ) from None
 
     def train_game(self, index: int) -> tuple[EnvSpec, int]:
         """``(spec, seed)`` of the ``index``-th fresh training game.

@@ -1,0 +1,26 @@
+"""Game files: an env that plays one file per episode (ALFWorld, TextWorld) draws its games from a folder."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+__all__ = ["NoGamesError", "find_games"]
+
+
+class NoGamesError(FileNotFoundError):
+    """A games folder holds no file that matches the pattern."""
+
+
+@functools.lru_cache(maxsize=64)
+def find_games(folder: str, pattern: str) -> tuple[str, ...]:
+    """The files under ``folder`` matching the glob ``pattern`` (e.g. ``"**/game.tw-pddl"``), sorted, so
+    that game ``i`` is the same file on every call and after a resume. Read once per (folder, pattern).
+
+    Raises:
+        NoGamesError: nothing matches (the message names the folder and the pattern).
+    """
+    files = tuple(sorted(str(p) for p in Path(folder).glob(pattern) if p.is_file()))
+    if not files:
+        raise NoGamesError(f"no game file matches {pattern!r} under {folder!r}")
+    return files
