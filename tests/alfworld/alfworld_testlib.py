@@ -41,7 +41,9 @@ TRAIN_GAMES: tuple[str, ...] = (
 def vendored_json() -> Path:
     """The vendored ``json_2.1.1`` folder; a clear failure (not a skip) when the checkout lacks it."""
     if not VENDORED_JSON.is_dir():
-        pytest.fail(f"the vendored ALFWorld games are missing from {VENDORED_JSON}; restore tests/data/alfworld")
+        pytest.fail(
+            f"the vendored ALFWorld games are missing from {VENDORED_JSON}; restore tests/data/alfworld"
+        )
     return VENDORED_JSON
 
 

@@ -32,7 +32,6 @@ from tempo_rl.envs.alfworld.walkthrough import (
     has_raw_ids,
     load_cached_walkthrough,
     map_walkthrough,
-    store_cached_walkthrough,
 )
 from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult
 from tempo_rl.envs.snapshot import observation_digest
@@ -381,23 +380,15 @@ def compute_planner_walkthrough(
     """Plan with Fast Downward from the reset state, keep the plan only if replaying it wins, cache it.
 
     Returns None (walkthrough absent) when the planner finds no plan or the plan does not win. Costs seconds
-    per game, once: later calls read the cache (keyed by the game's content hash).
+    per game, once: later calls read the cache (keyed by the game's content hash). For a whole folder, in
+    parallel and with a per-game time limit, use ``tempo-rl data alfworld --plan DIR``
+    (:func:`~tempo_rl.envs.alfworld.planning.plan_walkthroughs`).
     """
+    from tempo_rl.envs.alfworld.planning import plan_with_engine
+
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     engine = get_pool().acquire(game_file)
     try:
-        cached = load_cached_walkthrough(cache, engine.key)
-        if cached is not None:
-            return cached
-        engine.reset()
-        plan = [canonicalize_action(c) for c in engine.plan()]
-        engine.reset()
-        won = False
-        for command in plan:
-            won = engine.step(command).won
-        if not plan or not won:
-            return None
-        store_cached_walkthrough(cache, engine.key, plan, source="fast_downward")
-        return tuple(plan)
+        return plan_with_engine(engine, cache)[1]
     finally:
         get_pool().release(engine)
