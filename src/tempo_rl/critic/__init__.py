@@ -3,7 +3,8 @@
 ``parse_value`` reads ``<value>x</value>`` strictly (last match, finite, clipped to ``[0, R_max]``);
 ``GenerativeCritic`` prompts the policy model with the task, the condensed history and privileged
 information; ``endpoint_value`` averages E endpoint estimates (NaN when none parsed) and ``bootstrap_value``
-values terminated branches at 0.
+values terminated branches at 0. ``PrivilegedInfoTally`` gives ``critic/privileged_info_rate`` per update and
+``warn_missing_privileged_info`` warns at the start of training when games give the critic nothing privileged.
 """
 
 from tempo_rl.critic.base import (
@@ -17,6 +18,12 @@ from tempo_rl.critic.base import (
 )
 from tempo_rl.critic.generative import GenerativeCritic, RenderFn, as_render_fn, status_counts
 from tempo_rl.critic.parse import ValueParse, ValueStatus, classify_value, parse_value, validate_r_max
+from tempo_rl.critic.privileged import (
+    PRIVILEGED_INFO_RATE,
+    PrivilegedInfoTally,
+    PrivilegedInfoWarning,
+    warn_missing_privileged_info,
+)
 from tempo_rl.critic.prompt import (
     DEFAULT_CRITIC_SYSTEM_PROMPT,
     Message,
@@ -27,12 +34,15 @@ from tempo_rl.critic.prompt import (
 
 __all__ = [
     "DEFAULT_CRITIC_SYSTEM_PROMPT",
+    "PRIVILEGED_INFO_RATE",
     "Critic",
     "CriticEstimates",
     "CriticQuery",
     "CriticSample",
     "GenerativeCritic",
     "Message",
+    "PrivilegedInfoTally",
+    "PrivilegedInfoWarning",
     "RenderFn",
     "Turn",
     "ValueParse",
@@ -47,4 +57,5 @@ __all__ = [
     "parse_value",
     "status_counts",
     "validate_r_max",
+    "warn_missing_privileged_info",
 ]

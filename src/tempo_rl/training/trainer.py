@@ -31,6 +31,7 @@ import numpy as np
 
 from tempo_rl.backends.types import AdamParams, Datum, SamplingClient, SamplingParams, TrainingClient
 from tempo_rl.critic.base import Critic, CriticEstimates, CriticQuery
+from tempo_rl.critic.privileged import PrivilegedInfoTally
 from tempo_rl.envs.snapshot import EnvSpec, Snapshot
 from tempo_rl.rollout.datums import completion_datum, make_datum
 from tempo_rl.rollout.tool_call import ToolCallParser
@@ -177,6 +178,7 @@ class MacroStepTrainer(abc.ABC):
         self._write_trajectories = write_trajectories
         self.fresh_start_failures = 0  # fresh games whose build/reset failed (dropped, counted)
         self._reference: SamplingClient | None = None  # the KL anchor's frozen policy (kl.coef > 0)
+        self.privileged = PrivilegedInfoTally()  # critic/privileged_info_rate over each update's starts
 
     # ---------------------------------------------------------------------------------------------- loop
 
@@ -197,7 +199,9 @@ class MacroStepTrainer(abc.ABC):
             if max_updates is not None and done >= max_updates:
                 return
             t0 = time.perf_counter()
+            self.privileged.clear()  # an evaluation's starts do not count
             metrics = asyncio.run(self.update(self.state.update))
+            metrics.update(self.privileged.pop_metrics())
             metrics["time/update_seconds"] = time.perf_counter() - t0
             if self._should_eval(self.state.update + 1):
                 t1 = time.perf_counter()
@@ -298,6 +302,7 @@ class MacroStepTrainer(abc.ABC):
             parent_id=None,
             privileged_info=env.privileged_info(),
         )
+        self.privileged.observe(state.privileged_info)
         return StartState(state=state, envs=envs, fresh=True)
 
     async def fresh_starts(
@@ -334,6 +339,7 @@ class MacroStepTrainer(abc.ABC):
                 diff = getattr(exc, "detail", "") or text_diff(str(exc.expected), str(exc.actual))
             self.c.store.quarantine(state.id, f"{type(exc).__name__}: {exc}", diff=diff)
             return None
+        self.privileged.observe(state.privileged_info)
         return StartState(state=state, envs=list(envs), fresh=False)
 
     @staticmethod

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from tempo_rl.envs.alfworld.data import TRAJ_FILE, AlfworldDataError
-from tempo_rl.envs.alfworld.fast import Engine, get_pool
+from tempo_rl.envs.alfworld.data import TRAJ_FILE, AlfworldDataError, read_game_file
+from tempo_rl.envs.alfworld.fast import Engine, game_key, get_pool
 from tempo_rl.envs.alfworld.walkthrough import (
     default_cache_dir,
     format_walkthrough,
@@ -350,6 +350,42 @@ class AlfworldEnv(ReplayableEnv):
         if cached is not None or self.walkthrough_mode != "planner":
             return cached
         return compute_planner_walkthrough(self.game_file, cache_dir=self.cache_dir)
+
+    #: What to do about games without privileged info (shown in the training-start warning).
+    privileged_info_hint = (
+        "ALFWorld's train-split games carry no walkthrough. Precompute verified planner walkthroughs once with "
+        "`tempo-rl data alfworld --plan <games folder>` (cached by content hash where env.kwargs.cache_dir "
+        "points, default $TEMPO_RL_CACHE/alfworld or ~/.cache/tempo_rl/alfworld), or set "
+        "env.kwargs.walkthrough = 'planner' to plan each game on first use (seconds per game, in training)"
+    )
+
+    @staticmethod
+    def privileged_info_available(
+        game_file: str | Path,
+        *,
+        walkthrough: WalkthroughMode = "auto",
+        cache_dir: str | Path | None = None,
+        **_other: Any,
+    ) -> bool:
+        """Whether :meth:`privileged_info` will give the critic a walkthrough, read from the file and the cache
+        alone (no game is loaded, so it is cheap enough for thousands of games).
+
+        True when the file has a walkthrough (raw-id ones are mapped at load), when a planner walkthrough of
+        this content is cached, or in ``"planner"`` mode (it plans on first use); False in ``"none"`` mode.
+        Other constructor arguments (``max_steps``, ...) are accepted and ignored.
+        """
+        if walkthrough == "none":
+            return False
+        path = Path(game_file)
+        data = read_game_file(path)
+        if data.get("walkthrough"):
+            return True
+        if walkthrough == "file":
+            return False
+        if walkthrough == "planner":
+            return True
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        return load_cached_walkthrough(cache, game_key(path.read_bytes())) is not None
 
     def goal_params(self) -> Mapping[str, Any]:
         """``pddl_params`` of the sibling ``traj_data.json`` (goal object/receptacle targets), or {}."""
