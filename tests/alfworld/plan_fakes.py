@@ -30,3 +30,8 @@ def fake_planner(game_file: str, cache_dir: str) -> PlanOutcome:
         time.sleep(0.4)
     store_cached_walkthrough(Path(cache_dir), content_key(game_file), ["look"], source="fake")
     return PlanOutcome(game_file, "planned", 1)
+
+
+def cached_only(game_file: str, cache_dir: str) -> PlanOutcome:
+    """Fails every game: a run with it succeeds only on games the cache already answers."""
+    raise AssertionError(f"{game_file} was sent to a planner although its plan is cached")

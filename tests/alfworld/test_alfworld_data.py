@@ -216,7 +216,8 @@ def test_importing_the_adapter_imports_no_heavy_dependency() -> None:
 
     code = (
         "import sys, tempo_rl.envs, tempo_rl.envs.alfworld, tempo_rl.envs.alfworld.env, "
-        "tempo_rl.envs.alfworld.branching, tempo_rl.envs.alfworld.generator, tempo_rl.cli.data; "
+        "tempo_rl.envs.alfworld.branching, tempo_rl.envs.alfworld.generator, tempo_rl.envs.alfworld.planning, "
+        "tempo_rl.critic.privileged, tempo_rl.cli.data; "
         "heavy = ('textworld', 'alfworld', 'fast_downward', 'gymnasium', 'torch'); "
         "print([m for m in heavy if m in sys.modules])"
     )

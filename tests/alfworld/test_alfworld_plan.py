@@ -84,8 +84,8 @@ def test_cached_games_are_not_planned_again(tmp_path: Path) -> None:
     cache = tmp_path / "c"
     first = plan_walkthroughs(games, cache_dir=cache, planner=FAKE)
     assert [o.status for o in first.outcomes] == ["planned", "planned"]
-    # a planner that does not exist proves no worker is asked: the cache by content hash answers
-    again = plan_walkthroughs(games, cache_dir=cache, planner="plan_fakes:no_such_planner", timeout=0.5)
+    # a planner that fails every game proves no worker is asked: the cache by content hash answers
+    again = plan_walkthroughs(games, cache_dir=cache, planner="plan_fakes:cached_only", timeout=0.5)
     assert [o.status for o in again.outcomes] == ["cached", "cached"]
     assert [o.steps for o in again.outcomes] == [1, 1]
     games[0].write_text(games[0].read_text().replace("p ok-a", "p ok-a changed"))  # new content, new key
@@ -126,6 +126,10 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         plan_walkthroughs([game], workers=0, planner=FAKE)
     with pytest.raises(ValueError, match="timeout must be > 0"):
         plan_walkthroughs([game], timeout=0, planner=FAKE)
+    with pytest.raises(ValueError, match="module:function"):
+        plan_walkthroughs([game], planner="plan_fakes")
+    with pytest.raises(AttributeError):
+        plan_walkthroughs([game], planner="plan_fakes:no_such_planner")
     assert main(["data", "alfworld", "--plan", str(tmp_path / "nowhere")]) == 2
 
 

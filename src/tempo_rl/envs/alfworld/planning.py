@@ -238,13 +238,15 @@ def plan_walkthroughs(
         A :class:`PlanReport` in input order.
 
     Raises:
-        ValueError: ``workers < 1`` or ``timeout <= 0``.
+        ValueError: ``workers < 1``, ``timeout <= 0`` or a ``planner`` that is not ``"module:function"``.
+        ImportError / AttributeError: the planner cannot be imported.
         AlfworldDataError: a game file is missing or corrupt (checked before any planning starts).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+    _resolve(planner)  # a bad planner path fails here, not as one crashed worker per game
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     files = [Path(f) for f in game_files]
     outcomes: list[PlanOutcome | None] = [None] * len(files)
@@ -299,8 +301,9 @@ def _run_workers(
             for slot in slots:
                 if slot.job is None and todo:
                     index, game = todo.popleft()
-                    slot.conn.send((index, game))
                     slot.job = (index, game, time.monotonic())
+                    with contextlib.suppress(BrokenPipeError, OSError):  # a dead worker: seen as EOF below
+                        slot.conn.send((index, game))
             busy = [s for s in slots if s.job is not None]
             deadline = min(s.job[2] for s in busy if s.job is not None) + timeout
             ready = wait([s.conn for s in busy], timeout=max(0.0, deadline - time.monotonic()))
