@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from trainer_doubles import scripted_components, tiny_config
 
 from tempo_rl.critic.privileged import PRIVILEGED_INFO_RATE, PrivilegedInfoWarning
-from tempo_rl.envs import register
+from tempo_rl.envs import register, unregister
 from tempo_rl.envs.keydoor import KeyDoorEnv
 from tempo_rl.training.grpo import GrpoTrainer
 from tempo_rl.training.tempo import TempoTrainer
@@ -23,7 +24,12 @@ class EvenSeedsOnly(KeyDoorEnv):
         return super().privileged_info() if seed is not None and seed < 1000 and seed % 2 == 0 else None
 
 
-register("test-even-seeds-keydoor", EvenSeedsOnly, overwrite=True)
+@pytest.fixture(autouse=True)
+def _registered() -> Iterator[None]:
+    """Registered only while these tests run (collection must not leave it in the global registry)."""
+    register("test-even-seeds-keydoor", EvenSeedsOnly, overwrite=True)
+    yield
+    unregister("test-even-seeds-keydoor")
 
 
 def _rates(trainer_cls, *overrides: str) -> list[float]:
