@@ -38,6 +38,7 @@ from tempo_rl.envs.alfworld.walkthrough import default_cache_dir, load_cached_wa
 __all__ = [
     "DEFAULT_PLANNER",
     "FAILURES",
+    "STARTUP_LIMIT_S",
     "PlanOutcome",
     "PlanReport",
     "PlanStatus",
@@ -53,6 +54,8 @@ PlanStatus = Literal[
 ]
 #: The statuses that count as failures (the game is listed and skipped).
 FAILURES: frozenset[str] = frozenset({"no_plan", "not_winning", "error", "crashed", "timeout"})
+#: Seconds a new worker may take to begin a game (interpreter start and imports; at least ``timeout``).
+STARTUP_LIMIT_S = 120.0
 #: ``"module:function"`` of the planner a worker runs per game: ``planner(game_file, cache_dir) -> PlanOutcome``.
 DEFAULT_PLANNER = "tempo_rl.envs.alfworld.planning:plan_game"
 
@@ -170,7 +173,9 @@ def _resolve(path: str) -> Callable[[str, str], PlanOutcome]:
 
 
 def _worker(conn: Connection, planner_path: str, cache_dir: str) -> None:
-    """Worker process: plan each ``(index, game_file)`` received, send back ``(index, PlanOutcome)``."""
+    """Worker process: for each ``(index, game_file)`` received, answer ``("started", index)`` at once, then
+    ``("done", index, PlanOutcome)``; the parent's per-game clock starts at the first answer, so the worker's
+    own start-up (a fresh interpreter and its imports) never counts against a game."""
     planner = _resolve(planner_path)
     while True:
         try:
@@ -182,13 +187,17 @@ def _worker(conn: Connection, planner_path: str, cache_dir: str) -> None:
         index, game_file = message
         t0 = time.perf_counter()
         try:
-            outcome = planner(game_file, cache_dir)
-        except (Exception, SystemExit) as exc:  # TextWorld / Fast Downward raise bare errors, even SystemExit
-            outcome = PlanOutcome(
-                game_file, "error", 0, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
-            )
-        try:
-            conn.send((index, outcome))
+            conn.send(("started", index))
+            try:
+                outcome = planner(game_file, cache_dir)
+            except (
+                Exception,
+                SystemExit,
+            ) as exc:  # TextWorld / Fast Downward raise bare errors, even SystemExit
+                outcome = PlanOutcome(
+                    game_file, "error", 0, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
+                )
+            conn.send(("done", index, outcome))
         except (BrokenPipeError, OSError):
             return
 
@@ -197,7 +206,12 @@ def _worker(conn: Connection, planner_path: str, cache_dir: str) -> None:
 class _Slot:
     process: Any
     conn: Connection
-    job: tuple[int, str, float] | None = None  # (index, game_file, started at)
+    job: tuple[int, str, float] | None = None  # (index, game_file, sent at)
+    started: float | None = None  # when the worker began the job (its clock for the time limit)
+
+    def deadline(self, timeout: float, startup: float) -> float:
+        assert self.job is not None
+        return self.started + timeout if self.started is not None else self.job[2] + startup
 
 
 def _prefilter(game_file: Path, cache: Path) -> PlanOutcome | None:
@@ -228,8 +242,8 @@ def plan_walkthroughs(
         cache_dir: the walkthrough cache (default :func:`~.walkthrough.default_cache_dir`, the one
             :class:`~.env.AlfworldEnv` reads by default).
         workers: planner processes (>= 1).
-        timeout: seconds one game may take in a worker (engine load included) before the worker is killed
-            and the game counted as ``timeout``.
+        timeout: seconds one game may take in a worker (engine load included, the worker's own start-up
+            not) before the worker is killed and the game counted as ``timeout``.
         planner: ``"module:function"`` a worker runs per game, ``planner(game_file, cache_dir) -> PlanOutcome``
             (default :func:`plan_game`; another one plugs in a different planner).
         on_outcome: called with each game's outcome as it is known (in completion order): a progress bar.
@@ -275,6 +289,7 @@ def _run_workers(
 ) -> None:
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that has loaded TextWorld / threads
     cache.mkdir(parents=True, exist_ok=True)
+    startup = max(STARTUP_LIMIT_S, timeout)  # a worker that cannot even start a job: wedged or starved
 
     def start() -> _Slot:
         parent, child = ctx.Pipe()
@@ -286,7 +301,7 @@ def _run_workers(
     def finish(slot: _Slot, outcome: PlanOutcome) -> None:
         assert slot.job is not None
         outcomes[slot.job[0]] = outcome
-        slot.job = None
+        slot.job = slot.started = None
         if on_outcome is not None:
             on_outcome(outcome)
 
@@ -305,42 +320,45 @@ def _run_workers(
                     with contextlib.suppress(BrokenPipeError, OSError):  # a dead worker: seen as EOF below
                         slot.conn.send((index, game))
             busy = [s for s in slots if s.job is not None]
-            deadline = min(s.job[2] for s in busy if s.job is not None) + timeout
+            deadline = min(s.deadline(timeout, startup) for s in busy)
             ready = wait([s.conn for s in busy], timeout=max(0.0, deadline - time.monotonic()))
-            now = time.monotonic()
             for i, slot in enumerate(slots):
                 if slot.job is None:
                     continue
-                _, game, started = slot.job
+                _, game, sent = slot.job
                 if slot.conn in ready:
                     try:
-                        _index, outcome = slot.conn.recv()
+                        message = slot.conn.recv()
                     except (EOFError, OSError):
                         slot.process.join(5)
-                        code = slot.process.exitcode
-                        finish(
-                            slot,
-                            PlanOutcome(
-                                game, "crashed", 0, now - started, f"the worker died (exit code {code})"
-                            ),
-                        )
+                        since = slot.started if slot.started is not None else sent
+                        detail = f"the worker died (exit code {slot.process.exitcode})"
+                        finish(slot, PlanOutcome(game, "crashed", 0, time.monotonic() - since, detail))
                         stop(slot)
                         slots[i] = start()
                         continue
-                    finish(slot, outcome)
-                elif now - started >= timeout:
-                    stop(slot)
-                    finish(
-                        slot,
-                        PlanOutcome(
-                            game,
-                            "timeout",
-                            0,
-                            now - started,
-                            f"no plan within {timeout:g} s (the worker was killed)",
-                        ),
+                    if message[0] == "started":
+                        slot.started = time.monotonic()
+                    else:
+                        finish(slot, message[2])
+                    continue
+                now = time.monotonic()
+                if now < slot.deadline(timeout, startup):
+                    continue
+                stop(slot)
+                if slot.started is not None:
+                    outcome = PlanOutcome(
+                        game,
+                        "timeout",
+                        0,
+                        now - slot.started,
+                        f"no plan within {timeout:g} s (the worker was killed)",
                     )
-                    slots[i] = start()
+                else:
+                    detail = f"the worker did not start the game within {startup:g} s (it was killed)"
+                    outcome = PlanOutcome(game, "timeout", 0, now - sent, detail)
+                finish(slot, outcome)
+                slots[i] = start()
     finally:
         for slot in slots:
             if slot.process.is_alive():
