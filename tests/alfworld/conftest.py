@@ -1,7 +1,7 @@
 """Shared fixtures for the ALFWorld adapter tests.
 
-Real games come from ``../shared/alfworld/json_2.1.1`` beside the repository (read-only; copied into temp dirs
-before use). Tests that need them skip with a reason when that folder or the ``alfworld`` extra is absent.
+Real games come from ``tests/data/alfworld/json_2.1.1`` (vendored into the repository; copied into temp dirs
+before use). Tests that need TextWorld skip with a reason only when the ``alfworld`` extra is absent.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from alfworld_testlib import (
     SMALL_GAME,
     copy_game,
     needs_alfworld,
-    shared_or_skip,
 )
 
 
@@ -36,7 +35,6 @@ def _alfworld_data_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 @pytest.fixture(scope="session")
 def games_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A temp data root holding copies of the games the default tests use."""
-    shared_or_skip()
     root = tmp_path_factory.mktemp("alfworld_games")
     for rel in [*ONE_PER_TYPE.values(), SMALL_GAME, OTHER_SMALL_GAME]:
         copy_game(rel, root)

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
 import pytest
-from alfworld_testlib import SMALL_GAME, needs_alfworld, shared_or_skip
+from alfworld_testlib import SMALL_GAME, copy_game, needs_alfworld
 
 from tempo_rl.cli import data as data_cli
 from tempo_rl.cli import main
 
 
 def _tree_with_one_game(root: Path) -> Path:
-    src = shared_or_skip() / SMALL_GAME
-    shutil.copytree(src, root / "json_2.1.1" / SMALL_GAME)
+    copy_game(SMALL_GAME, root)
     return root
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from alfworld_testlib import SHARED_JSON
+from alfworld_testlib import TRAIN_GAMES, vendored_json
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -155,17 +155,17 @@ def test_default_root_respects_alfworld_data(monkeypatch: pytest.MonkeyPatch, tm
     assert default_data_root() == Path("~/.cache/alfworld").expanduser()
 
 
-def test_real_shared_games_counts() -> None:
-    if not SHARED_JSON.is_dir():
-        pytest.skip(f"real ALFWorld games not found at {SHARED_JSON}")
-    found = discover_games(SHARED_JSON)
+def test_vendored_games_counts() -> None:
+    """The vendored real games: one per task type in valid_seen and in valid_unseen, three train games."""
+    found = discover_games(vendored_json())
     counts = found.counts()
-    assert counts["valid_seen"] == dict.fromkeys(TASK_TYPES, 4)
-    assert counts["valid_unseen"] == dict.fromkeys(TASK_TYPES, 4)
-    assert counts["valid_train"] == dict.fromkeys(TASK_TYPES, 1)
+    assert counts["valid_seen"] == dict.fromkeys(TASK_TYPES, 1)
+    assert counts["valid_unseen"] == dict.fromkeys(TASK_TYPES, 1)
+    assert sum(counts["valid_train"].values()) == len(TRAIN_GAMES) == 3
     assert not found.skipped
     assert all(g.has_walkthrough for g in found.games if g.split != "valid_train")
     assert not any(g.has_walkthrough for g in found.games if g.split == "valid_train")
+    assert all(g.pddl_params.get("object_target") for g in found.games)  # trimmed traj_data keeps the goal
 
 
 def _records(n: int) -> list[GameRecord]:
@@ -216,7 +216,8 @@ def test_importing_the_adapter_imports_no_heavy_dependency() -> None:
 
     code = (
         "import sys, tempo_rl.envs, tempo_rl.envs.alfworld, tempo_rl.envs.alfworld.env, "
-        "tempo_rl.envs.alfworld.branching, tempo_rl.envs.alfworld.generator, tempo_rl.cli.data; "
+        "tempo_rl.envs.alfworld.branching, tempo_rl.envs.alfworld.generator, tempo_rl.envs.alfworld.planning, "
+        "tempo_rl.critic.privileged, tempo_rl.cli.data; "
         "heavy = ('textworld', 'alfworld', 'fast_downward', 'gymnasium', 'torch'); "
         "print([m for m in heavy if m in sys.modules])"
     )

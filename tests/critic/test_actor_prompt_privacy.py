@@ -24,16 +24,13 @@ from tempo_rl.envs import EnvSpec, available, make, restore_branches
 from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_ALFWORLD = REPO.parent / "shared" / "alfworld" / "json_2.1.1"
+ALFWORLD_GAMES = REPO / "tests" / "data" / "alfworld" / "json_2.1.1"  # real games vendored into the repo
 
 
 def _alfworld_kwargs() -> dict[str, Any]:
-    if not SHARED_ALFWORLD.is_dir():
-        pytest.skip(f"ALFWorld games not found at {SHARED_ALFWORLD}")
     pytest.importorskip("alfworld", reason="needs the alfworld extra")
-    games = sorted(SHARED_ALFWORLD.glob("valid_seen/*/*/game.tw-pddl"))
-    if not games:
-        pytest.skip(f"no valid_seen game under {SHARED_ALFWORLD}")
+    games = sorted(ALFWORLD_GAMES.glob("valid_seen/*/*/game.tw-pddl"))
+    assert games, f"the vendored ALFWorld games are missing from {ALFWORLD_GAMES}"
     return {"game_file": str(games[0])}
 
 

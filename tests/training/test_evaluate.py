@@ -223,9 +223,8 @@ def test_cli_eval_on_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_alfworld_games_group_by_split_and_task_type() -> None:
-    root = Path(__file__).resolve().parents[2].parent / "shared" / "alfworld"
-    if not root.is_dir():
-        pytest.skip(f"ALFWorld games not found at {root}")
+    root = Path(__file__).resolve().parents[2] / "tests" / "data" / "alfworld"  # vendored real games
+    assert root.is_dir(), f"the vendored ALFWorld games are missing from {root}"
     from tempo_rl.training.evaluate import alfworld_games
 
     games = alfworld_games(root, ("valid_seen", "valid_unseen"), per_split=2, env_kwargs={"max_steps": 30})

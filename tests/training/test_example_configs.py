@@ -29,10 +29,10 @@ def test_builtin_main_job_is_the_example_file() -> None:
 
 
 def _shared_games() -> Path:
-    shared = REPO.parent / "shared" / "alfworld" / "json_2.1.1" / "valid_seen"
-    if not shared.is_dir():
-        pytest.skip(f"real ALFWorld games not found at {shared} (the ../shared folder beside the clone)")
-    return shared
+    """The real valid_seen games vendored into the repository (tests/data/alfworld, MIT)."""
+    games = REPO / "tests" / "data" / "alfworld" / "json_2.1.1" / "valid_seen"
+    assert games.is_dir(), f"the vendored ALFWorld games are missing from {games}"
+    return games
 
 
 @pytest.mark.slow

@@ -7,8 +7,16 @@
   runs first, so an offline machine fails within ``--timeout`` seconds with instructions instead of hanging.
 * ``--generate N``: write N offline games per task type (all six) into ``DIR`` with the bundled generator; no
   network needed.
+* ``--plan GAMES``: precompute a planner walkthrough (the critic's privileged information) for every game under
+  ``GAMES`` that has none in its file (ALFWorld's train split): ``--workers`` processes, a progress bar, each
+  plan verified (replaying it must win) and cached by the game's content hash in ``--cache-dir`` (default
+  ``$TEMPO_RL_CACHE/alfworld``, else ``~/.cache/tempo_rl/alfworld``: where training looks). Cached games are
+  skipped, so a killed run resumes where it stopped. A game that fails (no plan, a plan that does not win, a
+  planner error, or no plan within ``--plan-timeout`` seconds: the worker is killed) is counted, listed and
+  skipped.
 
-Exit codes: 0 success, 1 download failed, 2 bad arguments or the ``alfworld`` extra missing, 3 offline.
+Exit codes: 0 success, 1 download failed or some games could not be planned (listed), 2 bad arguments or the
+``alfworld`` extra missing, 3 offline.
 """
 
 from __future__ import annotations
@@ -64,6 +72,32 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     alf.add_argument("--seed", type=int, default=0, help="first seed for --generate (default 0)")
     alf.add_argument("--split", default="train", help="split folder for --generate (default train)")
+    alf.add_argument(
+        "--plan",
+        type=Path,
+        default=None,
+        metavar="GAMES",
+        help="precompute verified planner walkthroughs for every game under GAMES that lacks one",
+    )
+    alf.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="planner processes for --plan (default: the number of CPU cores)",
+    )
+    alf.add_argument(
+        "--plan-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="per-game limit for --plan; a game still planning is killed and counted (default 300)",
+    )
+    alf.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="walkthrough cache for --plan (default $TEMPO_RL_CACHE/alfworld, else ~/.cache/tempo_rl/alfworld)",
+    )
     alf.set_defaults(func=run_alfworld)
     parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
     return parser
@@ -132,6 +166,8 @@ def _downloader() -> str | None:
 
 def run_alfworld(args: argparse.Namespace) -> int:
     """Show, download or generate ALFWorld data; see the module docstring for exit codes."""
+    if args.plan is not None:
+        return run_plan(args)
     root = _target_dir(args)
     if args.generate < 0:
         print("error: --generate must be >= 0", file=sys.stderr)
@@ -182,3 +218,62 @@ def run_alfworld(args: argparse.Namespace) -> int:
         )
         return 1
     return 0 if _print_counts(root) else 1
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """``--plan GAMES``: plan, verify and cache walkthroughs; 0 when every game has one, 1 when some failed."""
+    import importlib.util
+
+    from tempo_rl.envs.alfworld.data import AlfworldDataError
+    from tempo_rl.envs.alfworld.planning import discover_plan_targets, plan_walkthroughs
+    from tempo_rl.envs.alfworld.walkthrough import default_cache_dir
+
+    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    if workers < 1 or not args.plan_timeout > 0:
+        print("error: --workers must be >= 1 and --plan-timeout > 0", file=sys.stderr)
+        return 2
+    missing = [m for m in ("textworld", "alfworld", "fast_downward") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(
+            f"error: --plan needs the alfworld extra ({', '.join(missing)} missing): "
+            "pip install 'tempo-rl[alfworld]'",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        files, skipped = discover_plan_targets(args.plan)
+    except AlfworldDataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cache = Path(args.cache_dir).expanduser() if args.cache_dir is not None else default_cache_dir()
+    from tempo_rl.training.metrics import ProgressBar
+
+    bar = ProgressBar(len(files), desc="planning")
+    failed = 0
+
+    def progress(outcome: object) -> None:
+        nonlocal failed
+        failed += int(getattr(outcome, "failed", False))
+        bar.update(1, {"failed": float(failed)})
+
+    try:
+        report = plan_walkthroughs(
+            files, cache_dir=cache, workers=workers, timeout=args.plan_timeout, on_outcome=progress
+        )
+    except (AlfworldDataError, OSError) as exc:
+        bar.close()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    bar.close()
+    print(f"{args.plan}: {report.summary()}")
+    if skipped:
+        print(
+            "  not games (skipped by discovery): " + ", ".join(f"{k}={v}" for k, v in sorted(skipped.items()))
+        )
+    for outcome in report.failures:
+        print(f"  FAILED {outcome.status}: {outcome.game_file}: {outcome.detail}")
+    if cache == default_cache_dir():
+        print(f"walkthroughs cached in {cache} (where training looks by default)")
+    else:
+        print(f"walkthroughs cached in {cache}; train with env.kwargs.cache_dir = {str(cache)!r}")
+    return 1 if report.failures else 0

@@ -3,7 +3,8 @@
 ``parse_value`` reads ``<value>x</value>`` strictly (last match, finite, clipped to ``[0, R_max]``);
 ``GenerativeCritic`` prompts the policy model with the task, the condensed history and privileged
 information; ``endpoint_value`` averages E endpoint estimates (NaN when none parsed) and ``bootstrap_value``
-values terminated branches at 0.
+values terminated branches at 0. :class:`~tempo_rl.critic.privileged.PrivilegedInfoTally` gives ``critic/privileged_info_rate`` per update and
+``warn_missing_privileged_info`` warns at the start of training when games give the critic nothing privileged.
 """
 
 from tempo_rl.critic.base import (
@@ -16,6 +17,7 @@ from tempo_rl.critic.base import (
 )
 from tempo_rl.critic.generative import GenerativeCritic, status_counts
 from tempo_rl.critic.parse import ValueParse, ValueStatus, classify_value, parse_value, validate_r_max
+from tempo_rl.critic.privileged import PrivilegedInfoWarning, warn_missing_privileged_info
 from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, build_critic_messages
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "CriticQuery",
     "CriticSample",
     "GenerativeCritic",
+    "PrivilegedInfoWarning",
     "ValueParse",
     "ValueStatus",
     "bootstrap_value",
@@ -34,4 +37,5 @@ __all__ = [
     "parse_value",
     "status_counts",
     "validate_r_max",
+    "warn_missing_privileged_info",
 ]

@@ -35,6 +35,7 @@ import numpy as np
 from tempo_rl.backends.types import SamplingParams
 from tempo_rl.critic.base import CriticQuery
 from tempo_rl.critic.generative import GenerativeCritic
+from tempo_rl.critic.privileged import warn_missing_privileged_info
 from tempo_rl.critic.prompt import build_critic_messages
 from tempo_rl.envs import ForkCache, make, restore_branches
 from tempo_rl.envs.snapshot import EnvSpec, Snapshot
@@ -470,6 +471,7 @@ def train_run(
         if show:
             print(console_line(step, metrics), flush=True)
 
+    warn_missing_privileged_info(config.env)  # before the first update: games without it are named
     trainer = build_trainer(
         config,
         run_path,

@@ -32,6 +32,7 @@ import numpy as np
 
 from tempo_rl.backends.types import AdamParams, Datum, SamplingClient, SamplingParams
 from tempo_rl.critic.base import CriticEstimates, CriticQuery
+from tempo_rl.critic.privileged import PrivilegedInfoTally
 from tempo_rl.envs.core import task_of
 from tempo_rl.envs.snapshot import EnvSpec
 from tempo_rl.rollout.branches import BranchResult, RolloutSettings, RolloutStats, run_branches
@@ -157,6 +158,7 @@ class MacroStepTrainer(abc.ABC):
         self.fresh_start_failures = 0  # fresh games whose build/reset failed (dropped, counted)
         self._reference: SamplingClient | None = None  # the KL anchor's frozen policy (kl.coef > 0)
         self._runner: asyncio.Runner | None = None
+        self.privileged = PrivilegedInfoTally()  # critic/privileged_info_rate over each update's starts
 
     # ---------------------------------------------------------------------------------------------- loop
 
@@ -177,7 +179,9 @@ class MacroStepTrainer(abc.ABC):
             if max_updates is not None and done >= max_updates:
                 return
             t0 = time.perf_counter()
+            self.privileged.clear()  # an evaluation's starts do not count
             metrics = self.run_async(self.update(self.state.update))
+            metrics.update(self.privileged.pop_metrics())
             metrics["time/update_seconds"] = time.perf_counter() - t0
             if self._should_eval(self.state.update + 1):
                 t1 = time.perf_counter()
@@ -284,6 +288,7 @@ class MacroStepTrainer(abc.ABC):
             policy_version=self.state.policy_version,
             privileged_info=env.privileged_info(),
         )
+        self.privileged.observe(state.privileged_info)
         return StartState(state=state, envs=envs, fresh=True)
 
     async def fresh_starts(
@@ -320,6 +325,7 @@ class MacroStepTrainer(abc.ABC):
                 diff = getattr(exc, "detail", "") or text_diff(str(exc.expected), str(exc.actual))
             self.c.store.quarantine(state.id, f"{type(exc).__name__}: {exc}", diff=diff)
             return None
+        self.privileged.observe(state.privileged_info)
         return StartState(state=state, envs=list(envs), fresh=False)
 
     @staticmethod

@@ -7,7 +7,8 @@ is loaded. Public names:
   :func:`shuffle_games`,
   :func:`take_batch`, :func:`count_by_split_and_type`, :class:`AlfworldDataError`;
 * the env: :class:`AlfworldEnv`, :func:`canonicalize_action`, :func:`extract_task`;
-* walkthroughs: :func:`map_walkthrough`, :func:`compute_planner_walkthrough`;
+* walkthroughs: :func:`map_walkthrough`, :func:`compute_planner_walkthrough`, :func:`plan_walkthroughs` (a
+  folder, in parallel: ``tempo-rl data alfworld --plan``);
 * speed: :func:`get_pool` (warm engine pool), :func:`operator_memo`;
 * offline games: :func:`generate_game`, :func:`generate_games` (see :mod:`.generator`).
 """
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     )
     from tempo_rl.envs.alfworld.fast import get_pool, operator_memo
     from tempo_rl.envs.alfworld.generator import generate_game, generate_games
+    from tempo_rl.envs.alfworld.planning import plan_walkthroughs
 
 __all__ = [
     "SPLITS",
@@ -59,6 +61,7 @@ __all__ = [
     "get_pool",
     "map_walkthrough",
     "operator_memo",
+    "plan_walkthroughs",
     "read_game_file",
     "shuffle_games",
     "take_batch",
@@ -73,6 +76,7 @@ _LAZY = {
     "operator_memo": "fast",
     "generate_game": "generator",
     "generate_games": "generator",
+    "plan_walkthroughs": "planning",
 }
 
 

@@ -24,15 +24,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from tempo_rl.envs.alfworld.data import TRAJ_FILE, AlfworldDataError
-from tempo_rl.envs.alfworld.fast import Engine, get_pool
+from tempo_rl.envs.alfworld.data import TRAJ_FILE, AlfworldDataError, read_game_file
+from tempo_rl.envs.alfworld.fast import Engine, game_key, get_pool
 from tempo_rl.envs.alfworld.walkthrough import (
     default_cache_dir,
     format_walkthrough,
     has_raw_ids,
     load_cached_walkthrough,
     map_walkthrough,
-    store_cached_walkthrough,
 )
 from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult
 from tempo_rl.envs.snapshot import observation_digest
@@ -355,6 +354,42 @@ class AlfworldEnv(ReplayableEnv):
             return cached
         return compute_planner_walkthrough(self.game_file, cache_dir=self.cache_dir)
 
+    #: What to do about games without privileged info (shown in the training-start warning).
+    privileged_info_hint = (
+        "ALFWorld's train-split games carry no walkthrough. Precompute verified planner walkthroughs once with "
+        "`tempo-rl data alfworld --plan <games folder>` (cached by content hash where env.kwargs.cache_dir "
+        "points, default $TEMPO_RL_CACHE/alfworld or ~/.cache/tempo_rl/alfworld), or set "
+        "env.kwargs.walkthrough = 'planner' to plan each game on first use (seconds per game, in training)"
+    )
+
+    @staticmethod
+    def privileged_info_available(
+        game_file: str | Path,
+        *,
+        walkthrough: WalkthroughMode = "auto",
+        cache_dir: str | Path | None = None,
+        **_other: Any,
+    ) -> bool:
+        """Whether :meth:`privileged_info` will give the critic a walkthrough, read from the file and the cache
+        alone (no game is loaded, so it is cheap enough for thousands of games).
+
+        True when the file has a walkthrough (raw-id ones are mapped at load), when a planner walkthrough of
+        this content is cached, or in ``"planner"`` mode (it plans on first use); False in ``"none"`` mode.
+        Other constructor arguments (``max_steps``, ...) are accepted and ignored.
+        """
+        if walkthrough == "none":
+            return False
+        path = Path(game_file)
+        data = read_game_file(path)
+        if data.get("walkthrough"):
+            return True
+        if walkthrough == "file":
+            return False
+        if walkthrough == "planner":
+            return True
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        return load_cached_walkthrough(cache, game_key(path.read_bytes())) is not None
+
     def goal_params(self) -> Mapping[str, Any]:
         """``pddl_params`` of the sibling ``traj_data.json`` (goal object/receptacle targets), or {}."""
         try:
@@ -384,23 +419,15 @@ def compute_planner_walkthrough(
     """Plan with Fast Downward from the reset state, keep the plan only if replaying it wins, cache it.
 
     Returns None (walkthrough absent) when the planner finds no plan or the plan does not win. Costs seconds
-    per game, once: later calls read the cache (keyed by the game's content hash).
+    per game, once: later calls read the cache (keyed by the game's content hash). For a whole folder, in
+    parallel and with a per-game time limit, use ``tempo-rl data alfworld --plan DIR``
+    (:func:`~tempo_rl.envs.alfworld.planning.plan_walkthroughs`).
     """
+    from tempo_rl.envs.alfworld.planning import plan_with_engine
+
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     engine = get_pool().acquire(game_file)
     try:
-        cached = load_cached_walkthrough(cache, engine.key)
-        if cached is not None:
-            return cached
-        engine.reset()
-        plan = [canonicalize_action(c) for c in engine.plan()]
-        engine.reset()
-        won = False
-        for command in plan:
-            won = engine.step(command).won
-        if not plan or not won:
-            return None
-        store_cached_walkthrough(cache, engine.key, plan, source="fast_downward")
-        return tuple(plan)
+        return plan_with_engine(engine, cache)[1]
     finally:
         get_pool().release(engine)
