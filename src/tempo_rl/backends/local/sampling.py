@@ -38,6 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 from tempo_rl._optional import require
 from tempo_rl.backends.local.model import forward_logits
+from tempo_rl.backends.local.prefix_cache import (
+    PrefixCache,
+    PrefixCacheCounters,
+    build_dynamic_cache,
+    bump,
+    cache_layers,
+)
 from tempo_rl.backends.types import SampledSequence, SampleResult, SamplingParams, Tokenizer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -115,6 +122,8 @@ def sample_batch(
     device: str = "cpu",
     generator: torch.Generator | None = None,
     pad_id: int = 0,
+    prefix_cache: PrefixCache | None = None,
+    counters: Sequence[PrefixCacheCounters] = (),
 ) -> list[SampleResult]:
     """Sample every request in one batched KV-cache loop; results are in request order.
 
@@ -125,6 +134,10 @@ def sample_batch(
         device: torch device of ``model``.
         generator: RNG for requests without a seed (the client's; advanced in request order).
         pad_id: token fed to padding positions (masked out; any valid id works).
+        prefix_cache: reuse and store the KV of token prefixes (see
+            :mod:`tempo_rl.backends.local.prefix_cache`); ``None`` runs the uncached computation.
+        counters: counter objects the call adds its prompt work to (``prefix_hit_tokens``: prompt tokens read
+            from ``prefix_cache``, ``prefill_tokens``: prompt tokens computed; distinct prompts only).
     """
     torch = require("torch", "local")
     if not requests:
@@ -153,10 +166,23 @@ def sample_batch(
         else:
             gens.append(generator)
     stops = [_stop_sets(r.params, eos) for r in requests]
+    hits = [] if prefix_cache is None else [prefix_cache.lookup(pr) for pr in prompts]
     with torch.inference_mode():
-        logits, cache = forward_logits(
-            model, ids.to(device), mask.to(device), pos.to(device), use_cache=True, logits_to_keep=1
-        )
+        if not any(hits):  # every prompt from scratch: the uncached computation
+            bump(counters, prefill_tokens=sum(len(pr) for pr in prompts))
+            logits, cache = forward_logits(
+                model, ids.to(device), mask.to(device), pos.to(device), use_cache=True, logits_to_keep=1
+            )
+        else:
+            assert prefix_cache is not None
+            ids, mask, pos, logits, cache = _prefill_with_hits(
+                model, prompts, hits, prefix_cache.block_tokens, device, pad_id, counters
+            )
+        if prefix_cache is not None and prefix_cache.enabled and cache_layers(cache) is None:
+            prefix_cache.disable(
+                f"{type(cache).__name__} is not a DynamicCache of full-attention layers; prefix caching is off"
+            )
+            prefix_cache = None
         sel = torch.tensor(prefill_row, dtype=torch.long, device=device)
         cache.batch_select_indices(sel)  # one cache row per sample
         last = logits[sel, -1, :]
@@ -201,6 +227,10 @@ def sample_batch(
                     reasons[g] = "stop"
                 elif len(out_tokens[g]) < requests[req_i].params.max_tokens:
                     keep.append(b)
+                    continue
+                if prefix_cache is not None:  # finished: store the KV of every token it was fed
+                    fed = prompts[prefill_row[g]] + tuple(out_tokens[g][:-1])
+                    prefix_cache.insert(fed, _row_kv(cache, b, mask_r[b]))
             if not keep:
                 break
             if len(keep) < len(live):
@@ -233,3 +263,72 @@ def sample_batch(
             row += 1
         results.append(SampleResult(sequences=tuple(seqs)))
     return results
+
+
+def _prefill_with_hits(
+    model: Any,
+    prompts: Sequence[tuple[int, ...]],
+    hits: Sequence[Sequence[torch.Tensor]],
+    block_tokens: int,
+    device: str,
+    pad_id: int,
+    counters: Sequence[PrefixCacheCounters],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+    """Prefill ``prompts`` whose first ``len(hits[i]) * block_tokens`` tokens have cached KV blocks.
+
+    Layout of prompt ``i`` (``m_i`` cached tokens, ``s_i = len - m_i`` fresh ones, ``P = max m``,
+    ``S = max s``): columns ``[0, P)`` hold its cached KV right-aligned (``P - m_i`` masked columns first),
+    columns ``[P, P + S)`` its fresh tokens right-aligned (``S - s_i`` masked columns between the two parts), so
+    every prompt's last token is in the last column. ``position_ids`` count the unmasked columns (token ``j``
+    of the prompt is at position ``j`` wherever its column is), and the attention mask hides every padding
+    column, so each token attends exactly to its prompt's earlier tokens, as in the uncached prefill.
+
+    Returns ``(ids [U, S], mask [U, P + S], pos [U, P + S], logits of the last column, cache)``.
+    """
+    torch = require("torch", "local")
+    cached = [len(h) * block_tokens for h in hits]
+    p_width = max(cached)
+    s_width = max(len(pr) - m for pr, m in zip(prompts, cached))
+    bump(counters, prefix_hit_tokens=sum(cached), prefill_tokens=sum(len(pr) for pr in prompts) - sum(cached))
+    u = len(prompts)
+    ids = torch.full((u, s_width), pad_id, dtype=torch.long)
+    mask = torch.zeros((u, p_width + s_width), dtype=torch.long)
+    template = next(h[0] for h in hits if h)  # [layers, 2, kv_heads, B, head_dim]
+    n_layers, _, heads, _, head_dim = template.shape
+    kv = torch.zeros((n_layers, 2, u, heads, p_width, head_dim), dtype=template.dtype, device=template.device)
+    for i, (pr, m) in enumerate(zip(prompts, cached)):
+        fresh = pr[m:]
+        ids[i, s_width - len(fresh) :] = torch.tensor(fresh, dtype=torch.long)
+        mask[i, p_width - m : p_width] = 1
+        mask[i, p_width + s_width - len(fresh) :] = 1
+        if m:
+            kv[:, :, i, :, p_width - m :, :] = torch.cat(list(hits[i]), dim=3)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = build_dynamic_cache([(kv[layer, 0], kv[layer, 1]) for layer in range(n_layers)])
+    logits, cache = forward_logits(
+        model,
+        ids.to(device),
+        mask.to(device),
+        pos[:, p_width:].to(device),
+        cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return ids, mask, pos, logits, cache
+
+
+def _row_kv(cache: Any, b: int, row_mask: torch.Tensor) -> Any:
+    """``(start, stop) -> [layers, 2, kv_heads, stop - start, head_dim]``: the KV of tokens ``[start, stop)``
+    of batch row ``b`` of ``cache``, whose columns are the unmasked ones of ``row_mask`` (in token order)."""
+    torch = require("torch", "local")
+    layers = cache_layers(cache)
+    assert layers is not None
+    cols = torch.nonzero(row_mask, as_tuple=True)[0]
+
+    def keys_values(start: int, stop: int) -> Any:
+        idx = cols[start:stop]
+        return torch.stack(
+            [torch.stack([k[b].index_select(1, idx), v[b].index_select(1, idx)]) for k, v in layers]
+        )
+
+    return keys_values

@@ -1,0 +1,310 @@
+"""A KV prefix cache for the local sampler: reuse the keys/values of token prefixes across ``sample`` calls.
+
+Every turn of a multi-turn episode re-sends the whole history: turn ``t+1``'s prompt is turn ``t``'s prompt plus
+its sampled tokens plus the new observation. Branches restored from one stored state, the TEMPO critic's ``K``
+samples and its endpoint samples share long prefixes too. Without a cache each call prefills its whole prompt:
+``O(L)`` forward work per call (``O(L^2)`` attention), so turn 50 costs 11-17x turn 5. With the cache a call
+prefills only the tokens past its longest cached prefix (the idea of vLLM's automatic prefix caching and
+SGLang's radix attention).
+
+**Structure.** A trie whose edges are *blocks* of ``block_tokens`` consecutive token ids (default 16): the node
+at depth ``d`` on the path ``b_1 ... b_d`` holds the keys and values of tokens ``[(d-1) B, d B)`` of every
+sequence that starts with ``b_1 ... b_d`` (for all layers: one tensor ``[layers, 2, kv_heads, B, head_dim]``).
+The KV of a token depends only on the tokens before it and on its position (the trie path fixes both), so a
+block is shared by every sequence through it: N branches of one prefix store the prefix once. Only whole blocks
+are stored and reused, so a lookup reuses ``B * floor(m / B)`` tokens of an ``m``-token match (at most
+``B - 1`` tokens are recomputed), and never the prompt's last token (its logits start the completion).
+
+**Bounds.** ``max_bytes`` bounds the bytes of the stored KV tensors (``sum(block.numel() * element_size)``);
+after each insertion, least-recently-used *leaf* blocks are evicted until the total fits. A lookup or an
+insertion touches its path leaf-first, so a block is always more recent than its descendants and the LRU block
+is a leaf: eviction never orphans a stored descendant. Memory per cached token:
+``2 * layers * kv_heads * head_dim * element_size`` bytes (:meth:`PrefixCache.bytes_per_token`).
+
+**Policy versions.** A cache belongs to one :class:`~tempo_rl.backends.local.client.LocalSamplingClient`, i.e. to
+one fixed set of weights; a new sampler (after ``optim_step``, from ``save_weights_and_get_sampling_client``)
+starts with an empty cache, so KV of different weights never mix.
+
+**Scope.** It serves any ``transformers`` causal LM whose cache is a ``DynamicCache`` of full-attention layers
+(keys and values ``[batch, kv_heads, seq, head_dim]``). Other caches (sliding-window layers, linear-attention or
+quantized layers, encoder-decoder) are detected at the first call and the cache turns itself off
+(:attr:`PrefixCache.disabled_reason` says why); sampling is then exactly the uncached computation.
+
+Counters (:class:`PrefixCacheCounters`) are cumulative; the sampling client reports them with
+:meth:`~tempo_rl.backends.local.client.LocalSamplingClient.prefix_cache_stats`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tempo_rl._optional import require
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = [
+    "DEFAULT_BLOCK_TOKENS",
+    "PrefixCache",
+    "PrefixCacheCounters",
+    "build_dynamic_cache",
+    "bump",
+    "cache_layers",
+    "counters_metrics",
+    "default_cache_bytes",
+]
+
+#: tokens per stored block (the granularity of reuse and eviction)
+DEFAULT_BLOCK_TOKENS = 16
+
+
+def default_cache_bytes(device: str = "cpu") -> int:
+    """The default budget: 1/8 of the device's memory (GPU memory on CUDA, physical RAM on CPU), in bytes.
+
+    The budget is per sampling client; the training client empties the caches of its older sampling clients
+    when it makes a new one, so in a training run about one budget is in use at a time.
+    """
+    if str(device).startswith("cuda"):
+        torch = require("torch", "local")
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory // 8)
+    try:
+        total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
+        total = 8 * 1024**3
+    return total // 8
+
+
+@dataclass
+class PrefixCacheCounters:
+    """Cumulative counters of prompt prefill work and of the cache (token and block counts).
+
+    ``prefix_hit_tokens + prefill_tokens`` is the number of prompt tokens of the distinct prompts of all calls
+    (requests of one call sharing a prompt count it once): the first were read from the cache, the second were
+    computed by a forward pass (padding excluded).
+    """
+
+    prefix_hit_tokens: int = 0
+    prefill_tokens: int = 0
+    inserted_tokens: int = 0
+    evictions: int = 0
+    evicted_tokens: int = 0
+
+
+def cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """``[(keys, values), ...]`` per layer of a full-attention ``DynamicCache``, else ``None``.
+
+    Accepts the layered cache of transformers >= 4.56 (``cache.layers[i].keys``) and the older
+    ``key_cache`` / ``value_cache`` lists; rejects any layer that is not a plain full-attention ``DynamicLayer``
+    (sliding window, quantized, linear attention, ...) because its keys are not one row per token.
+    """
+    transformers = require("transformers", "local")
+    cu = transformers.cache_utils
+    if type(cache) is not getattr(cu, "DynamicCache", None):
+        return None
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        dyn = getattr(cu, "DynamicLayer", None)
+        if dyn is None or any(type(layer) is not dyn for layer in layers):
+            return None
+        out = [(layer.keys, layer.values) for layer in layers]
+    else:  # pragma: no cover - transformers < 4.56
+        keys, values = getattr(cache, "key_cache", None), getattr(cache, "value_cache", None)
+        if keys is None or values is None:
+            return None
+        out = list(zip(keys, values))
+    if not out or any(k is None or k.dim() != 4 or v.dim() != 4 for k, v in out):
+        return None
+    return out
+
+
+def build_dynamic_cache(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """A ``DynamicCache`` holding ``(keys, values)`` per layer (each ``[batch, kv_heads, seq, head_dim]``)."""
+    transformers = require("transformers", "local")
+    cls = transformers.cache_utils.DynamicCache
+    if hasattr(cls, "from_legacy_cache") and not hasattr(cls(), "layers"):  # pragma: no cover - < 4.56
+        return cls.from_legacy_cache(tuple((k, v) for k, v in layers))
+    return cls(ddp_cache_data=[(k, v) for k, v in layers])
+
+
+class _Node:
+    """One stored block: the KV of ``block_tokens`` tokens at depth ``depth`` of the trie."""
+
+    __slots__ = ("block", "children", "depth", "kv", "nbytes", "parent")
+
+    def __init__(self, parent: _Node | None, block: tuple[int, ...], kv: Any, depth: int) -> None:
+        self.parent = parent
+        self.block = block
+        self.kv = kv  # [layers, 2, kv_heads, B, head_dim], or None at the root
+        self.depth = depth
+        self.nbytes = 0 if kv is None else int(kv.numel() * kv.element_size())
+        self.children: dict[tuple[int, ...], _Node] = {}
+
+
+class PrefixCache:
+    """KV of token prefixes, stored in blocks of ``block_tokens`` tokens in a trie with LRU eviction.
+
+    Not thread-safe: its sampling client calls it under the client's lock.
+
+    Args:
+        max_bytes: budget for the stored KV tensors, bytes (``> 0``; a sampler without a cache has no
+            ``PrefixCache`` at all).
+        block_tokens: tokens per block (``>= 1``).
+        counters: counter objects every insertion and eviction is added to (e.g. the sampling client's and
+            the training client's).
+    """
+
+    def __init__(
+        self,
+        max_bytes: int,
+        *,
+        block_tokens: int = DEFAULT_BLOCK_TOKENS,
+        counters: Sequence[PrefixCacheCounters] = (),
+    ) -> None:
+        if max_bytes <= 0:
+            raise ValueError(
+                f"PrefixCache: max_bytes must be > 0, got {max_bytes}; to turn the cache off, do not make one "
+                "(backend.prefix_cache_bytes = 0)"
+            )
+        if block_tokens < 1:
+            raise ValueError(f"PrefixCache: block_tokens must be >= 1, got {block_tokens}")
+        self.max_bytes = int(max_bytes)
+        self.block_tokens = int(block_tokens)
+        self._counters = tuple(counters)
+        self._root = _Node(None, (), None, 0)
+        self._lru: OrderedDict[int, _Node] = OrderedDict()
+        self.nbytes = 0
+        #: why the cache turned itself off for this model (None while it is on)
+        self.disabled_reason: str | None = None
+        self._bytes_per_token: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """False once the model's cache type turned out unsupported."""
+        return self.disabled_reason is None
+
+    def disable(self, reason: str) -> None:
+        """Turn the cache off for good (unsupported model cache) and drop what it holds."""
+        self.disabled_reason = reason
+        self.clear()
+
+    @property
+    def cached_tokens(self) -> int:
+        """Tokens whose KV is stored now (each block counted once, however many sequences share it)."""
+        return len(self._lru) * self.block_tokens
+
+    def bytes_per_token(self) -> int | None:
+        """Bytes of KV per cached token, ``2 * layers * kv_heads * head_dim * element_size``; None before the
+        first block is stored."""
+        return self._bytes_per_token
+
+    def clear(self) -> None:
+        """Drop every stored block (counters are kept)."""
+        self._root.children.clear()
+        self._lru.clear()
+        self.nbytes = 0
+
+    # ---- lookup
+    def _walk(self, tokens: Sequence[int], max_blocks: int) -> list[_Node]:
+        b = self.block_tokens
+        node, path = self._root, []
+        for k in range(max_blocks):
+            child = node.children.get(tuple(tokens[k * b : (k + 1) * b]))
+            if child is None:
+                break
+            path.append(child)
+            node = child
+        return path
+
+    def _touch(self, path: Sequence[_Node]) -> None:
+        for node in reversed(path):  # leaf first: every block ends up more recent than its descendants
+            self._lru.move_to_end(id(node))
+
+    def lookup(self, prompt: Sequence[int]) -> list[Any]:
+        """The stored blocks of ``prompt``'s longest cached prefix that leaves its last token uncached.
+
+        Returns the blocks' KV tensors in order (``len(result) * block_tokens`` tokens; possibly none) and marks
+        them recently used. Counts nothing: the caller counts hits and prefill once per distinct prompt.
+        """
+        if not self.enabled:
+            return []
+        path = self._walk(prompt, (len(prompt) - 1) // self.block_tokens)
+        self._touch(path)
+        return [n.kv for n in path]
+
+    # ---- insertion
+    def insert(self, tokens: Sequence[int], keys_values: Any) -> None:
+        """Store the whole blocks of ``tokens`` that are not stored yet, then evict down to the budget.
+
+        Args:
+            tokens: a sequence whose KV was computed (prompt + fed completion tokens).
+            keys_values: callable ``(start, stop) -> tensor [layers, 2, kv_heads, stop - start, head_dim]``
+                returning the KV of ``tokens[start:stop]``; called at most once, only for the missing blocks.
+        """
+        if not self.enabled:
+            return
+        b = self.block_tokens
+        n_blocks = len(tokens) // b
+        path = self._walk(tokens, n_blocks)
+        have = len(path)
+        if have < n_blocks:
+            kv = keys_values(have * b, n_blocks * b)
+            node = path[-1] if path else self._root
+            for k in range(have, n_blocks):
+                block = tuple(int(t) for t in tokens[k * b : (k + 1) * b])
+                part = kv.narrow(3, (k - have) * b, b).clone()  # own storage: freeing a block frees its bytes
+                child = _Node(node, block, part, k + 1)
+                node.children[block] = child
+                self._lru[id(child)] = child
+                self.nbytes += child.nbytes
+                if self._bytes_per_token is None:
+                    self._bytes_per_token = child.nbytes // b
+                path.append(child)
+                node = child
+            bump(self._counters, inserted_tokens=(n_blocks - have) * b)
+        self._touch(path)
+        self._evict()
+
+    def _evict(self) -> None:
+        while self.nbytes > self.max_bytes and self._lru:
+            victim = next((n for n in self._lru.values() if not n.children), None)
+            if victim is None:  # pragma: no cover - impossible by the leaf-first touch order
+                break
+            del self._lru[id(victim)]
+            assert victim.parent is not None
+            del victim.parent.children[victim.block]
+            self.nbytes -= victim.nbytes
+            bump(self._counters, evictions=1, evicted_tokens=self.block_tokens)
+
+
+def bump(counters: Sequence[PrefixCacheCounters], **deltas: int) -> None:
+    """Add ``deltas`` (field name -> count) to every counter object of ``counters``."""
+    for target in counters:
+        for name, n in deltas.items():
+            setattr(target, name, getattr(target, name) + n)
+
+
+def counters_metrics(
+    counters: PrefixCacheCounters, caches: Sequence[PrefixCache], prefix: str = "sampling/"
+) -> dict[str, float]:
+    """Metrics of cumulative ``counters`` and of the current size of ``caches``.
+
+    Keys (with ``prefix``): ``prefix_hit_tokens`` (prompt tokens read from the cache), ``prefill_tokens``
+    (prompt tokens computed), ``prefix_hit_rate`` (``hit / (hit + prefill)``, 0 with no prompt),
+    ``prefix_inserted_tokens``, ``prefix_evictions`` (blocks evicted), ``prefix_evicted_tokens``, and now:
+    ``prefix_cache_bytes`` (bytes of stored KV) and ``prefix_cache_tokens`` (tokens stored).
+    """
+    total = counters.prefix_hit_tokens + counters.prefill_tokens
+    return {
+        f"{prefix}prefix_hit_tokens": float(counters.prefix_hit_tokens),
+        f"{prefix}prefill_tokens": float(counters.prefill_tokens),
+        f"{prefix}prefix_hit_rate": counters.prefix_hit_tokens / total if total else 0.0,
+        f"{prefix}prefix_inserted_tokens": float(counters.inserted_tokens),
+        f"{prefix}prefix_evictions": float(counters.evictions),
+        f"{prefix}prefix_evicted_tokens": float(counters.evicted_tokens),
+        f"{prefix}prefix_cache_bytes": float(sum(c.nbytes for c in caches)),
+        f"{prefix}prefix_cache_tokens": float(sum(c.cached_tokens for c in caches)),
+    }
