@@ -287,7 +287,7 @@ class LocalTrainingClient:
         prefix_cache_bytes: KV prefix cache budget of each sampling client (see
             :class:`LocalSamplingClient`; ``None`` = default, ``0`` = off). A sampling client made after an
             ``optim_step`` empties the caches of the clients made before it (they stay usable), so one budget is
-            in use at a time in a training run; :attr:`stats` sums the counters of all of them.
+            in use at a time in a training run; :attr:`sampling_stats` sums the counters of all of them.
     """
 
     def __init__(
@@ -336,7 +336,7 @@ class LocalTrainingClient:
         self.last_grad_norm = 0.0
         self.prefix_cache_bytes = prefix_cache_bytes
         #: sampling counters of every sampling client made here (read by the trainer's run metrics)
-        self.stats = LocalSamplingStats()
+        self.sampling_stats = LocalSamplingStats()
         self._samplers: list[tuple[int, weakref.ref[LocalSamplingClient]]] = []
 
     # ---- helpers
@@ -503,7 +503,7 @@ class LocalTrainingClient:
             seed=self.seed + self._snapshots,
             max_batch_rows=self.max_batch_rows,
             prefix_cache_bytes=self.prefix_cache_bytes,
-            shared_counters=self.stats.counters,
+            shared_counters=self.sampling_stats.counters,
         )
         live: list[tuple[int, weakref.ref[LocalSamplingClient]]] = []
         for step, ref in self._samplers:
@@ -514,7 +514,7 @@ class LocalTrainingClient:
                 old.clear_prefix_cache()
             live.append((step, ref))
         self._samplers = [*live, (self.step, weakref.ref(sampler))]
-        self.stats.samplers.add(sampler)
+        self.sampling_stats.samplers.add(sampler)
         return sampler
 
     def get_tokenizer(self) -> Tokenizer:

@@ -179,9 +179,12 @@ def sample_batch(
                 model, prompts, hits, prefix_cache.block_tokens, device, pad_id, counters
             )
         if prefix_cache is not None and prefix_cache.enabled and cache_layers(cache) is None:
+            kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", ())})
             prefix_cache.disable(
-                f"{type(cache).__name__} is not a DynamicCache of full-attention layers; prefix caching is off"
+                f"the model's cache is {type(cache).__name__} with layers {kinds}, not a DynamicCache of "
+                "full-attention DynamicLayer layers; prefix caching is off for this model"
             )
+        if prefix_cache is not None and not prefix_cache.enabled:
             prefix_cache = None
         sel = torch.tensor(prefill_row, dtype=torch.long, device=device)
         cache.batch_select_indices(sel)  # one cache row per sample
