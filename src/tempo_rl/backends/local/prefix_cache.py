@@ -56,6 +56,7 @@ __all__ = [
     "cache_layers",
     "counters_metrics",
     "default_cache_bytes",
+    "growing_cache",
 ]
 
 #: tokens per stored block (the granularity of reuse and eviction)
@@ -94,6 +95,145 @@ class PrefixCacheCounters:
     evicted_tokens: int = 0
 
 
+def _growing_layer_class() -> Any:
+    """:class:`GrowingLayer`, defined on first use (its base class needs transformers)."""
+    global _GROWING
+    if _GROWING is None:
+        transformers = require("transformers", "local")
+        if not hasattr(transformers.cache_utils, "DynamicLayer"):  # pragma: no cover - transformers < 4.56
+            return None
+
+        class GrowingLayer(transformers.cache_utils.DynamicLayer):  # type: ignore[misc, name-defined]
+            """A ``DynamicLayer`` over preallocated buffers ``[batch, kv_heads, capacity, head_dim]``.
+
+            ``update`` writes the new keys/values in place and returns views of the filled part, so a decode
+            step costs O(new tokens) instead of ``DynamicLayer``'s O(cached tokens) ``torch.cat``; the buffers
+            double when full. The values are the same as a ``DynamicLayer``'s.
+            """
+
+            def __init__(self, kbuf: torch.Tensor, vbuf: torch.Tensor, filled: int) -> None:
+                super().__init__()
+                self._kbuf, self._vbuf, self._n = kbuf, vbuf, filled
+                self.device = kbuf.device
+                self.dtype = kbuf.dtype
+                self.is_initialized = True
+                self._views()
+
+            def _views(self) -> None:
+                self.keys = self._kbuf[:, :, : self._n]
+                self.values = self._vbuf[:, :, : self._n]
+
+            def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+                new = key_states.shape[-2]
+                if self._n + new > self._kbuf.shape[2]:
+                    cap = max(2 * self._kbuf.shape[2], self._n + new)
+                    grown = []
+                    for buf in (self._kbuf, self._vbuf):
+                        g = buf.new_empty((*buf.shape[:2], cap, buf.shape[3]))
+                        g[:, :, : self._n] = buf[:, :, : self._n]
+                        grown.append(g)
+                    self._kbuf, self._vbuf = grown
+                self._kbuf[:, :, self._n : self._n + new] = key_states
+                self._vbuf[:, :, self._n : self._n + new] = value_states
+                self._n += new
+                self._views()
+                return self.keys, self.values
+
+            def get_seq_length(self) -> int:
+                return int(self._n)
+
+            def batch_select_indices(self, indices: Any) -> None:
+                self._kbuf = self._kbuf[indices, ...]
+                self._vbuf = self._vbuf[indices, ...]
+                self._views()
+
+            def batch_repeat_interleave(self, repeats: int) -> None:
+                self._kbuf = self._kbuf.repeat_interleave(repeats, dim=0)
+                self._vbuf = self._vbuf.repeat_interleave(repeats, dim=0)
+                self._views()
+
+            def crop(self, tokens_to_remove: int) -> None:
+                if tokens_to_remove > 0:
+                    raise ValueError("GrowingLayer.crop takes a negative number of tokens to remove")
+                self._n = max(0, self._n + tokens_to_remove)
+                self._views()
+
+        _GROWING = GrowingLayer
+    return _GROWING
+
+
+_GROWING: Any = None
+
+
+def growing_cache(
+    layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    filled: int,
+    rows: Sequence[int] | None = None,
+    extra: int = 0,
+) -> Any | None:
+    """A ``DynamicCache`` of :class:`GrowingLayer` layers over ``layers``' keys and values.
+
+    Args:
+        layers: ``(keys, values)`` per layer, ``[batch, kv_heads, >= filled, head_dim]``; their first ``filled``
+            columns are the cached ones.
+        filled: number of cached columns.
+        rows: batch rows to take, in order (repeats allowed); ``None`` uses ``layers``' tensors as buffers
+            (no copy; their spare columns ``[filled, ...)`` receive the next tokens).
+        extra: spare columns to allocate past ``filled`` when copying (``rows`` given).
+
+    Returns ``None`` when no copy is needed: ``layers`` come from a cache of growing layers holding exactly
+    ``rows`` (``0, 1, ...``) with room for ``extra`` more columns; keep using that cache.
+    """
+    cls = _growing_layer_class()
+    if rows is not None and cls is not None and _has_room(layers, cls, rows, filled + extra):
+        return None
+    if cls is None:  # pragma: no cover - transformers < 4.56: plain DynamicCache (torch.cat appends)
+        torch = require("torch", "local")
+        idx = None if rows is None else torch.tensor(list(rows), dtype=torch.long, device=layers[0][0].device)
+        return build_dynamic_cache(
+            [
+                (k[:, :, :filled], v[:, :, :filled])
+                if idx is None
+                else (k[idx, :, :filled], v[idx, :, :filled])
+                for k, v in layers
+            ]
+        )
+    built = []
+    for k, v in layers:
+        if rows is None:
+            built.append(cls(k, v, filled))
+            continue
+        bufs = []
+        for src in (k, v):
+            buf = src.new_empty((len(rows), src.shape[1], filled + max(extra, 1), src.shape[3]))
+            for r, i in enumerate(rows):
+                buf[r, :, :filled] = src[i, :, :filled]
+            bufs.append(buf)
+        built.append(cls(bufs[0], bufs[1], filled))
+    transformers = require("transformers", "local")
+    cache = transformers.cache_utils.DynamicCache()
+    cache.layers = built
+    cache.layer_class_to_replicate = None
+    return cache
+
+
+def _has_room(layers: Any, cls: Any, rows: Sequence[int], capacity: int) -> bool:
+    """True when ``layers`` are already growing layers of exactly ``rows`` with ``capacity`` columns."""
+    owners = getattr(layers, "owners", None)
+    return (
+        owners is not None
+        and all(type(layer) is cls and layer._kbuf.shape[2] >= capacity for layer in owners)
+        and list(rows) == list(range(owners[0]._kbuf.shape[0]))
+    )
+
+
+class _Layers(list):  # type: ignore[type-arg]
+    """``cache_layers``' result, remembering the cache layers it was read from."""
+
+    owners: list[Any]
+
+
 def cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     """``[(keys, values), ...]`` per layer of a full-attention ``DynamicCache``, else ``None``.
 
@@ -108,9 +248,10 @@ def cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     layers = getattr(cache, "layers", None)
     if layers is not None:
         dyn = getattr(cu, "DynamicLayer", None)
-        if dyn is None or any(type(layer) is not dyn for layer in layers):
+        if dyn is None or any(type(layer) not in (dyn, _growing_layer_class()) for layer in layers):
             return None
-        out = [(layer.keys, layer.values) for layer in layers]
+        out = _Layers((layer.keys, layer.values) for layer in layers)
+        out.owners = list(layers)
     else:  # pragma: no cover - transformers < 4.56
         keys, values = getattr(cache, "key_cache", None), getattr(cache, "value_cache", None)
         if keys is None or values is None:

@@ -41,9 +41,9 @@ from tempo_rl.backends.local.model import forward_logits
 from tempo_rl.backends.local.prefix_cache import (
     PrefixCache,
     PrefixCacheCounters,
-    build_dynamic_cache,
     bump,
     cache_layers,
+    growing_cache,
 )
 from tempo_rl.backends.types import SampledSequence, SampleResult, SamplingParams, Tokenizer
 
@@ -175,8 +175,9 @@ def sample_batch(
             )
         else:
             assert prefix_cache is not None
+            extra = max(r.params.max_tokens for r in requests)
             ids, mask, pos, logits, cache = _prefill_with_hits(
-                model, prompts, hits, prefix_cache.block_tokens, device, pad_id, counters
+                model, prompts, hits, prefix_cache.block_tokens, device, pad_id, counters, extra
             )
         if prefix_cache is not None and prefix_cache.enabled and cache_layers(cache) is None:
             kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", ())})
@@ -187,7 +188,13 @@ def sample_batch(
         if prefix_cache is not None and not prefix_cache.enabled:
             prefix_cache = None
         sel = torch.tensor(prefill_row, dtype=torch.long, device=device)
-        cache.batch_select_indices(sel)  # one cache row per sample
+        layers = None if prefix_cache is None else cache_layers(cache)
+        if layers is None:
+            cache.batch_select_indices(sel)  # one cache row per sample
+        else:  # one row per sample, with room for the completion: decode steps append in place
+            extra = max(r.params.max_tokens for r in requests)
+            copied = growing_cache(layers, filled=mask.shape[1], rows=prefill_row, extra=extra)
+            cache = cache if copied is None else copied
         last = logits[sel, -1, :]
         mask_r = mask[prefill_row].to(device)
         next_pos = pos[prefill_row, -1:].to(device) + 1
@@ -276,6 +283,7 @@ def _prefill_with_hits(
     device: str,
     pad_id: int,
     counters: Sequence[PrefixCacheCounters],
+    extra: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
     """Prefill ``prompts`` whose first ``len(hits[i]) * block_tokens`` tokens have cached KV blocks.
 
@@ -286,6 +294,7 @@ def _prefill_with_hits(
     of the prompt is at position ``j`` wherever its column is), and the attention mask hides every padding
     column, so each token attends exactly to its prompt's earlier tokens, as in the uncached prefill.
 
+    The cache's buffers have ``extra`` spare columns for the decode steps.
     Returns ``(ids [U, S], mask [U, P + S], pos [U, P + S], logits of the last column, cache)``.
     """
     torch = require("torch", "local")
@@ -298,16 +307,19 @@ def _prefill_with_hits(
     mask = torch.zeros((u, p_width + s_width), dtype=torch.long)
     template = next(h[0] for h in hits if h)  # [layers, 2, kv_heads, B, head_dim]
     n_layers, _, heads, _, head_dim = template.shape
-    kv = torch.zeros((n_layers, 2, u, heads, p_width, head_dim), dtype=template.dtype, device=template.device)
+    # one buffer for every layer's keys and values, with room for the fresh tokens (appended in place)
+    shape = (n_layers, 2, u, heads, p_width + s_width + max(extra, 1), head_dim)
+    kv = torch.empty(shape, dtype=template.dtype, device=template.device)
     for i, (pr, m) in enumerate(zip(prompts, cached)):
         fresh = pr[m:]
         ids[i, s_width - len(fresh) :] = torch.tensor(fresh, dtype=torch.long)
         mask[i, p_width - m : p_width] = 1
         mask[i, p_width + s_width - len(fresh) :] = 1
+        kv[:, :, i, :, : p_width - m, :] = 0  # masked, but must be finite (0 * nan is nan)
         if m:
-            kv[:, :, i, :, p_width - m :, :] = torch.cat(list(hits[i]), dim=3)
+            kv[:, :, i, :, p_width - m : p_width, :] = torch.cat(list(hits[i]), dim=3)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = build_dynamic_cache([(kv[layer, 0], kv[layer, 1]) for layer in range(n_layers)])
+    cache = growing_cache([(kv[layer, 0], kv[layer, 1]) for layer in range(n_layers)], filled=p_width)
     logits, cache = forward_logits(
         model,
         ids.to(device),
