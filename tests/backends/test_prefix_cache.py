@@ -214,7 +214,7 @@ def test_new_policy_version_starts_empty_and_never_mixes(tokenizer: Any, tmp_pat
         LocalSamplingClient(s0.model, tokenizer, prefix_cache_bytes=0).sample(follow, 1, p),
     )
     # the training client sums every sampler's counters for the run's metrics
-    m = training.stats.as_metrics()  # type: ignore[attr-defined]
+    m = training.sampling_stats.as_metrics()  # type: ignore[attr-defined]
     assert m["sampling/prefill_tokens"] == sum(
         c.prefix_cache_stats()["sampling/prefill_tokens"] for c in (s0, s1)
     )
