@@ -136,7 +136,7 @@ class LocalSamplingClient:
 
     # ---- sampling
     def _request(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> SampleRequest:
-        req = SampleRequest(tuple(int(t) for t in prompt), int(num_samples), params)
+        req = SampleRequest(tuple(map(int, prompt)), int(num_samples), params)
         validate_request(req, self.vocab_size, _max_positions(self.model))
         return req
 

@@ -77,7 +77,8 @@ def validate_request(req: SampleRequest, vocab_size: int, max_positions: int | N
         raise ValueError(f"sample: top_p must be in (0, 1], got {p.top_p}")
     if p.top_k == 0 or p.top_k < -1:
         raise ValueError(f"sample: top_k must be -1 (off) or >= 1, got {p.top_k}")
-    bad = [t for t in req.prompt if not 0 <= t < vocab_size]
+    in_range = min(req.prompt) >= 0 and max(req.prompt) < vocab_size  # C-speed check of long prompts
+    bad = [] if in_range else [t for t in req.prompt if not 0 <= t < vocab_size]
     if bad:
         raise ValueError(f"sample: prompt token ids {bad[:5]} are outside [0, vocab_size={vocab_size})")
     if max_positions is not None and len(req.prompt) + p.max_tokens > max_positions:
@@ -166,7 +167,8 @@ def sample_batch(
         else:
             gens.append(generator)
     stops = [_stop_sets(r.params, eos) for r in requests]
-    hits = [] if prefix_cache is None else [prefix_cache.lookup(pr) for pr in prompts]
+    paths = [] if prefix_cache is None else [prefix_cache.lookup_path(pr) for pr in prompts]
+    hits = [[node.kv for node in path] for path in paths]
     with torch.inference_mode():
         if not any(hits):  # every prompt from scratch: the uncached computation
             bump(counters, prefill_tokens=sum(len(pr) for pr in prompts))
@@ -177,7 +179,7 @@ def sample_batch(
             assert prefix_cache is not None
             extra = max(r.params.max_tokens for r in requests)
             ids, mask, pos, logits, cache = _prefill_with_hits(
-                model, prompts, hits, prefix_cache.block_tokens, device, pad_id, counters, extra
+                model, prompts, hits, prefix_cache, device, pad_id, counters, extra
             )
         if prefix_cache is not None and prefix_cache.enabled and cache_layers(cache) is None:
             kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", ())})
@@ -193,7 +195,10 @@ def sample_batch(
             cache.batch_select_indices(sel)  # one cache row per sample
         else:  # one row per sample, with room for the completion: decode steps append in place
             extra = max(r.params.max_tokens for r in requests)
-            copied = growing_cache(layers, filled=mask.shape[1], rows=prefill_row, extra=extra)
+            assert prefix_cache is not None
+            copied = growing_cache(
+                layers, filled=mask.shape[1], rows=prefill_row, extra=extra, scratch=prefix_cache.scratch
+            )
             cache = cache if copied is None else copied
         last = logits[sel, -1, :]
         mask_r = mask[prefill_row].to(device)
@@ -240,7 +245,7 @@ def sample_batch(
                     continue
                 if prefix_cache is not None:  # finished: store the KV of every token it was fed
                     fed = prompts[prefill_row[g]] + tuple(out_tokens[g][:-1])
-                    prefix_cache.insert(fed, _row_kv(cache, b, mask_r[b]))
+                    prefix_cache.insert(fed, _row_kv(cache, b, mask_r[b]), known=paths[prefill_row[g]])
             if not keep:
                 break
             if len(keep) < len(live):
@@ -279,7 +284,7 @@ def _prefill_with_hits(
     model: Any,
     prompts: Sequence[tuple[int, ...]],
     hits: Sequence[Sequence[torch.Tensor]],
-    block_tokens: int,
+    prefix_cache: PrefixCache,
     device: str,
     pad_id: int,
     counters: Sequence[PrefixCacheCounters],
@@ -298,7 +303,7 @@ def _prefill_with_hits(
     Returns ``(ids [U, S], mask [U, P + S], pos [U, P + S], logits of the last column, cache)``.
     """
     torch = require("torch", "local")
-    cached = [len(h) * block_tokens for h in hits]
+    cached = [len(h) * prefix_cache.block_tokens for h in hits]
     p_width = max(cached)
     s_width = max(len(pr) - m for pr, m in zip(prompts, cached))
     bump(counters, prefix_hit_tokens=sum(cached), prefill_tokens=sum(len(pr) for pr in prompts) - sum(cached))
@@ -309,7 +314,7 @@ def _prefill_with_hits(
     n_layers, _, heads, _, head_dim = template.shape
     # one buffer for every layer's keys and values, with room for the fresh tokens (appended in place)
     shape = (n_layers, 2, u, heads, p_width + s_width + max(extra, 1), head_dim)
-    kv = torch.empty(shape, dtype=template.dtype, device=template.device)
+    kv = prefix_cache.scratch.get("prefill", shape, template)
     for i, (pr, m) in enumerate(zip(prompts, cached)):
         fresh = pr[m:]
         ids[i, s_width - len(fresh) :] = torch.tensor(fresh, dtype=torch.long)
