@@ -336,11 +336,20 @@ def test_store_invariants(seqs: list[list[int]], budget_blocks: int, block: int)
 
     per_block = 2 * 2 * block * 4
     cache = PrefixCache(budget_blocks * per_block, block_tokens=block)
-    for s in seqs:
+    for j, s in enumerate(seqs):
         toks = tuple(s)
-        cache.insert(toks, _fake_kv(toks))
+        known = cache.lookup_path(toks)  # the sampler's hint; the insertion in between may evict it
+        other = tuple(seqs[(j * 7 + 3) % len(seqs)])
+        cache.insert(other, _fake_kv(other))
+        cache.insert(toks, _fake_kv(toks), known=known)
         assert cache.nbytes <= cache.max_bytes
         assert cache.nbytes == cache.cached_tokens // block * per_block
+        stack, reachable = [cache._root], 0  # every stored block hangs from the root (none orphaned)
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            reachable += node is not cache._root
+        assert reachable * block == cache.cached_tokens
         for q in seqs:
             blocks = cache.lookup(tuple(q))
             n = len(blocks) * block
