@@ -304,6 +304,7 @@ def bench_main_job(overrides: tuple[str, ...]) -> dict[str, Any]:
         last = records[-1]
         out[f"main_job_prefix_hit_tokens_cache_{name}"] = last.get("sampling/prefix_hit_tokens")
         out[f"main_job_prefill_tokens_cache_{name}"] = last.get("sampling/prefill_tokens")
+        out[f"main_job_prefix_cache_peak_bytes_cache_{name}"] = last.get("sampling/prefix_cache_peak_bytes")
     return out
 
 

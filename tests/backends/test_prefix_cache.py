@@ -311,7 +311,7 @@ def test_lookup_blocks_budget_and_lru_pinned() -> None:
     cache.lookup((1, 2, 3, 4, 0))  # a's path is now more recent than b's leaf
     d = (8, 8, 9, 9)
     cache.insert(d, _fake_kv(d))  # 5 blocks > 4: evict the LRU leaf, b's (6, 6)
-    assert (cache.nbytes, c.evictions, c.evicted_tokens) == (128, 1, 2)
+    assert (cache.nbytes, c.evictions, c.evicted_tokens, c.peak_bytes) == (128, 1, 2, 160)
     assert len(cache.lookup((1, 2, 6, 6, 0))) == 1
     assert len(cache.lookup((1, 2, 3, 4, 0))) == 2
     assert len(cache.lookup((8, 8, 9, 9, 0))) == 2

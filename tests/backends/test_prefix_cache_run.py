@@ -75,4 +75,5 @@ def test_run_metrics_count_prefix_hits_and_prefill(tmp_path: Path) -> None:
     assert on["sampling/prefix_hit_tokens"] > 0
     assert on["sampling/prefix_hit_tokens"] + on["sampling/prefill_tokens"] > on["sampling/prefill_tokens"]
     assert off["sampling/prefix_hit_tokens"] == 0 and off["sampling/prefill_tokens"] > 0
-    assert off["sampling/prefix_cache_bytes"] == 0
+    assert off["sampling/prefix_cache_bytes"] == 0 and off["sampling/prefix_cache_peak_bytes"] == 0
+    assert on["sampling/prefix_cache_peak_bytes"] > 0

@@ -209,8 +209,9 @@ class LocalSamplingClient:
         ``sampling/prefix_hit_tokens`` (prompt tokens whose KV came from the cache), ``sampling/prefill_tokens``
         (prompt tokens computed by a forward; with the cache off, every distinct prompt's length),
         ``sampling/prefix_hit_rate``, ``sampling/prefix_inserted_tokens``, ``sampling/prefix_evictions``
-        (blocks), ``sampling/prefix_evicted_tokens``, and the cache's current ``sampling/prefix_cache_bytes``
-        and ``sampling/prefix_cache_tokens``. Counts are since this client was made.
+        (blocks), ``sampling/prefix_evicted_tokens``, ``sampling/prefix_cache_peak_bytes`` and the cache's
+        current ``sampling/prefix_cache_bytes`` and ``sampling/prefix_cache_tokens``. Counts are since this
+        client was made.
         """
         with self._lock:
             return counters_metrics(self.counters, [] if self.prefix_cache is None else [self.prefix_cache])

@@ -95,6 +95,8 @@ class PrefixCacheCounters:
     inserted_tokens: int = 0
     evictions: int = 0
     evicted_tokens: int = 0
+    #: the most bytes one cache held after an insertion (a maximum, not a sum)
+    peak_bytes: int = 0
 
 
 def _growing_layer_class() -> Any:
@@ -492,6 +494,8 @@ class PrefixCache:
                 node = child
             bump(self._counters, inserted_tokens=(n_blocks - have) * b)
         self._touch(path)
+        for target in self._counters:
+            target.peak_bytes = max(target.peak_bytes, self.nbytes)  # before eviction: what it really held
         self._evict()
 
     def _evict(self) -> None:
@@ -521,7 +525,8 @@ def counters_metrics(
 
     Keys (with ``prefix``): ``prefix_hit_tokens`` (prompt tokens read from the cache), ``prefill_tokens``
     (prompt tokens computed), ``prefix_hit_rate`` (``hit / (hit + prefill)``, 0 with no prompt),
-    ``prefix_inserted_tokens``, ``prefix_evictions`` (blocks evicted), ``prefix_evicted_tokens``, and now:
+    ``prefix_inserted_tokens``, ``prefix_evictions`` (blocks evicted), ``prefix_evicted_tokens``,
+    ``prefix_cache_peak_bytes`` (the most one cache held, just after an insertion, before eviction), and now:
     ``prefix_cache_bytes`` (bytes of stored KV) and ``prefix_cache_tokens`` (tokens stored).
     """
     total = counters.prefix_hit_tokens + counters.prefill_tokens
@@ -532,6 +537,7 @@ def counters_metrics(
         f"{prefix}prefix_inserted_tokens": float(counters.inserted_tokens),
         f"{prefix}prefix_evictions": float(counters.evictions),
         f"{prefix}prefix_evicted_tokens": float(counters.evicted_tokens),
+        f"{prefix}prefix_cache_peak_bytes": float(counters.peak_bytes),
         f"{prefix}prefix_cache_bytes": float(sum(c.nbytes for c in caches)),
         f"{prefix}prefix_cache_tokens": float(sum(c.cached_tokens for c in caches)),
     }

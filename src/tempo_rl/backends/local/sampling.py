@@ -10,6 +10,12 @@ in one batched computation:
 3. *decode*: one token per live row per forward, feeding the KV cache; finished rows are dropped from the
    batch (``cache.batch_select_indices``) so the work shrinks as completions end.
 
+With a :class:`~tempo_rl.backends.local.prefix_cache.PrefixCache` (the sampling client's default), step 1
+prefills only the tokens past each prompt's longest cached prefix (cached KV and fresh tokens share the batch:
+masked columns between them, ``position_ids`` counting real tokens only), the decode cache grows in place, and
+every finished row's KV is stored for later calls. Without one (``prefix_cache_bytes = 0``) the computation is
+exactly the uncached one.
+
 Sampling distribution of a row with temperature ``T > 0``: ``softmax(z / T)`` restricted to the ``top_k``
 largest logits and to the smallest set whose probability reaches ``top_p`` (nucleus), renormalised; ``T == 0``
 is greedy.
