@@ -13,7 +13,18 @@ architecture, width 64, 2 layers, offline byte-level BPE tokenizer trained on AL
   of a 50-turn conversation (target ``extend_turn50_over_turn5 <= 2``), and the same for the reference
   procedure (render the whole conversation three times and re-tokenize it): ``rerender_ms_turn5/50``.
 
-Usage: ``python benchmarks/backend_local.py [--quick]``.
+* The KV prefix cache (:mod:`tempo_rl.backends.local.prefix_cache`), cache on (default budget) vs off, side
+  by side: ``turn5_*`` / ``turn50_*``: one ``sample`` call (4 samples x 8 tokens) at turn 5 and 50 of a growing
+  conversation (``prompt_tokens_turn50`` ~ 3,900 tokens; target ``turn50_over_turn5_cache_on <= 2``);
+  ``critic_k4_*``: one critic request of K = 4 samples on the turn-50 prompt plus a question (mean of 4
+  queries); ``branches_n4_*``: N = 4 branches restored at the turn-50 prompt, each with its own observation,
+  sampled concurrently; in wall ms and in process CPU ms (``_cpu_ms_``: unaffected by other processes on a
+  shared machine), minimum over repeats; ``prefix_cache_bytes_per_token`` and ``prefix_hit_rate``. With
+  ``--large`` the same for a width-256, 4-layer model (``w256_*``).
+* ``main_job_*``: the README main job shortened by ``main_job_overrides`` (``--quick``: shorter still), cache
+  on and off: summed ``time/sampling_s``, wall and CPU seconds of the run, prefix hit and prefill tokens.
+
+Usage: ``python benchmarks/backend_local.py [--quick] [--large] [--no-main-job]``.
 """
 
 from __future__ import annotations
@@ -126,6 +137,177 @@ def bench_sampling(training: Any, tok: Any, branches: int, max_tokens: int) -> d
     }
 
 
+def _sampler(training: Any, cache_bytes: int | None) -> Any:
+    """A sampling client on ``training``'s weights with the given prefix-cache budget (0 = off)."""
+    from tempo_rl.backends.local import LocalSamplingClient
+
+    return LocalSamplingClient(
+        training.model, training.tokenizer, device=training.device, prefix_cache_bytes=cache_bytes
+    )
+
+
+def _observation_tokens(tok: Any, k: int) -> list[int]:
+    """One rendered observation turn plus the next assistant header (about 90 tokens)."""
+    text = f"<|im_start|>tool\n{_conversation_turn(k)['content']}<|im_end|>\n<|im_start|>assistant\n"
+    return list(tok.encode(text, add_special_tokens=False))
+
+
+def _grow_conversation(
+    sampler: Any, tok: Any, turns: int, branches: int, max_tokens: int
+) -> tuple[dict[int, tuple[float, float]], list[int]]:
+    """Play ``turns`` turns: sample ``branches`` x ``max_tokens`` tokens from the prompt, then extend the prompt
+    with the first branch's tokens and the next observation (prompt_{t+1} strictly extends prompt_t, as the
+    renderer guarantees). Returns the (wall, CPU) seconds of each turn's ``sample`` call and the final prompt."""
+    from tempo_rl.backends import SamplingParams
+
+    start = "<|im_start|>system\nYou are an agent.<|im_end|>\n<|im_start|>user\n" + OBS.format(k=1)
+    prompt = list(tok.encode(start, add_special_tokens=False)) + _observation_tokens(tok, 0)
+    seconds: dict[int, tuple[float, float]] = {}
+    for t in range(1, turns + 1):
+        params = SamplingParams(max_tokens=max_tokens, seed=t, stop=())
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = sampler.sample(prompt, branches, params)
+        seconds[t] = (time.perf_counter() - t0, time.process_time() - c0)
+        prompt = prompt + list(res.sequences[0].tokens) + _observation_tokens(tok, t)
+    return seconds, prompt
+
+
+def _one_prefix_cache_run(
+    training: Any, tok: Any, budget: int | None, turns: int, branches: int, max_tokens: int
+) -> dict[str, Any]:
+    """One growing conversation, then K critic samples and N branches from its long final prompt."""
+    from tempo_rl.backends import SamplingParams
+
+    sampler = _sampler(training, budget)
+    sampler.sample([1, 2, 3], 1, SamplingParams(max_tokens=2, seed=0))  # warm-up
+    seconds, prefix = _grow_conversation(sampler, tok, turns, branches, max_tokens)
+    # the actor's turn at the long prefix (it fills the cache there, as in a real episode)
+    sampler.sample(prefix, 1, SamplingParams(max_tokens=max_tokens, seed=0, stop=()))
+    critic_q = [
+        list(tok.encode(f"<|im_start|>user\nValue of state {q}?<|im_end|>\n", add_special_tokens=False))
+        for q in range(PREFIX_QUERIES)
+    ]
+    t0, c0 = time.perf_counter(), time.process_time()
+    for q, suffix in enumerate(critic_q):  # one request per critic query, K samples each
+        sampler.sample(prefix + suffix, PREFIX_K, SamplingParams(max_tokens=6, seed=q, stop=()))
+    critic_s = ((time.perf_counter() - t0) / PREFIX_QUERIES, (time.process_time() - c0) / PREFIX_QUERIES)
+    branch_prompts = [prefix + _observation_tokens(tok, 100 + n) for n in range(PREFIX_N)]
+    t0, c0 = time.perf_counter(), time.process_time()
+    asyncio.run(_branch_round(sampler, branch_prompts, max_tokens))
+    branches_s = (time.perf_counter() - t0, time.process_time() - c0)
+    return {
+        "seconds": seconds,
+        "critic_s": critic_s,
+        "branches_s": branches_s,
+        "prefix_tokens": len(prefix),
+        "sampler": sampler,
+    }
+
+
+async def _branch_round(sampler: Any, prompts: list[list[int]], max_tokens: int) -> list[Any]:
+    """N restored branches, each with its own next observation, sampled concurrently (one coalesced batch)."""
+    from tempo_rl.backends import SamplingParams
+
+    return await asyncio.gather(
+        *(
+            sampler.sample_async(p, 1, SamplingParams(max_tokens=max_tokens, seed=n, stop=()))
+            for n, p in enumerate(prompts)
+        )
+    )
+
+
+#: critic queries, K samples per query and N branches of the long-prefix measurements
+PREFIX_QUERIES, PREFIX_K, PREFIX_N = 4, 4, 4
+
+
+def bench_prefix_cache(training: Any, tok: Any, *, repeats: int, label: str = "") -> dict[str, float]:
+    """Sampling time at turn 5 vs turn 50 of a growing conversation (4 samples x 8 tokens a turn), and K critic
+    samples / N branches from its long final prompt, with the prefix cache on (default budget) and off.
+
+    On and off runs alternate, ``repeats`` times each; every figure is the minimum over the repeats (the
+    machine's noise only ever adds time), in wall milliseconds (``..._ms_...``) and in process CPU milliseconds
+    (``..._cpu_ms_...``: the work itself, unaffected by other processes on a shared machine; torch runs one
+    thread for the small models). Also the cache's bytes per cached token and its hit rate.
+    """
+    turns, branches, max_tokens = 50, 4, 8
+    runs: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
+    for _ in range(repeats):
+        for name, budget in (("on", None), ("off", 0)):
+            runs[name].append(_one_prefix_cache_run(training, tok, budget, turns, branches, max_tokens))
+    out: dict[str, float] = {}
+    for name, rs in runs.items():
+        for clock, i in (("", 0), ("cpu_", 1)):
+            t5 = min(r["seconds"][5][i] for r in rs)
+            tn = min(r["seconds"][turns][i] for r in rs)
+            out[f"{label}turn5_{clock}ms_cache_{name}"] = round(t5 * 1e3, 2)
+            out[f"{label}turn{turns}_{clock}ms_cache_{name}"] = round(tn * 1e3, 2)
+            out[f"{label}turn{turns}_over_turn5_{clock}cache_{name}"] = round(tn / t5, 2)
+            critic = min(r["critic_s"][i] for r in rs)
+            out[f"{label}critic_k{PREFIX_K}_{clock}ms_cache_{name}"] = round(critic * 1e3, 2)
+            branch = min(r["branches_s"][i] for r in rs)
+            out[f"{label}branches_n{PREFIX_N}_{clock}ms_cache_{name}"] = round(branch * 1e3, 2)
+            total = min(sum(v[i] for v in r["seconds"].values()) for r in rs)
+            out[f"{label}conversation_{clock}s_cache_{name}"] = round(total, 3)
+    sampler = runs["on"][-1]["sampler"]
+    stats = sampler.prefix_cache_stats()
+    out[f"{label}prefix_cache_bytes_per_token"] = float(sampler.prefix_cache.bytes_per_token() or 0)
+    out[f"{label}prefix_hit_rate"] = round(stats["sampling/prefix_hit_rate"], 4)
+    out[f"{label}prefix_cache_bytes"] = stats["sampling/prefix_cache_bytes"]
+    out[f"{label}prefix_prompt_tokens_turn{turns}"] = runs["on"][-1]["prefix_tokens"]
+    return out
+
+
+#: the main job shortened for the benchmark (labelled in the output): fewer warm-start episodes and updates, no
+#: evaluation or checkpoints; the rollouts, branches, critic and endpoint samples are the main job's
+MAIN_JOB_SHORT = (
+    "warmstart.episodes=16",
+    "warmstart.epochs=1",
+    "tempo.warmup_updates=2",
+    "tempo.td_updates=3",
+    "run.eval_every=0",
+    "run.checkpoint_every=100",
+)
+MAIN_JOB_QUICK = (
+    "warmstart.episodes=4",
+    "warmstart.epochs=1",
+    "tempo.warmup_updates=1",
+    "tempo.td_updates=1",
+    "run.eval_every=0",
+    "run.checkpoint_every=100",
+)
+
+
+def bench_main_job(overrides: tuple[str, ...]) -> dict[str, Any]:
+    """The README main job (``training/main_job.toml``) with ``overrides``, prefix cache on (default budget) and
+    off: summed ``time/sampling_s`` of its updates, the run's wall and CPU seconds, and the cache's counters."""
+    import tempfile
+
+    import tempo_rl.training as training_pkg
+    from tempo_rl.training.config import load_config
+    from tempo_rl.training.run import train_run
+
+    config_path = Path(training_pkg.__file__).parent / "main_job.toml"
+    out: dict[str, Any] = {"main_job_overrides": " ".join(overrides)}
+    for name, budget in (("on", None), ("off", 0)):
+        extra = [] if budget is None else [f"backend.prefix_cache_bytes={budget}"]
+        config = load_config(config_path, [*overrides, *extra])
+        run_dir = Path(tempfile.mkdtemp(prefix="tempo-bench-main-")) / "run"
+        t0, c0 = time.perf_counter(), time.process_time()
+        train_run(run_dir, config, console=False)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        out[f"main_job_sampling_s_cache_{name}"] = round(
+            sum(r.get("time/sampling_s") or 0.0 for r in records), 2
+        )
+        out[f"main_job_wall_s_cache_{name}"] = round(wall, 2)
+        out[f"main_job_cpu_s_cache_{name}"] = round(cpu, 2)
+        last = records[-1]
+        out[f"main_job_prefix_hit_tokens_cache_{name}"] = last.get("sampling/prefix_hit_tokens")
+        out[f"main_job_prefill_tokens_cache_{name}"] = last.get("sampling/prefill_tokens")
+        out[f"main_job_prefix_cache_peak_bytes_cache_{name}"] = last.get("sampling/prefix_cache_peak_bytes")
+    return out
+
+
 def bench_training(training: Any, tok: Any, n_datums: int, length: int, steps: int) -> dict[str, float]:
     import numpy as np
 
@@ -156,6 +338,12 @@ def bench_training(training: Any, tok: Any, n_datums: int, length: int, steps: i
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fast smoke mode (smaller figures, same keys)")
+    ap.add_argument(
+        "--large", action="store_true", help="also the prefix-cache figures of a width-256, 4-layer model"
+    )
+    ap.add_argument(
+        "--no-main-job", action="store_true", help="skip the shortened main job, cache on and off"
+    )
     args = ap.parse_args()
     import tempfile
 
@@ -175,6 +363,17 @@ def main() -> None:
         bench_training(training, tok, n_datums=4 if q else 16, length=128 if q else 512, steps=1 if q else 3)
     )
     out.update(bench_extend(tok, turns=50, repeats=1 if q else 5))
+    out.update(bench_prefix_cache(training, tok, repeats=1 if q else 3))
+    if args.large and not q:
+        big, _ = create_clients(
+            LocalBackendConfig(
+                hidden_size=256, num_layers=4, state_dir=tempfile.mkdtemp(prefix="tempo-bench-")
+            ),
+            tokenizer=tok,
+        )
+        out.update(bench_prefix_cache(big, tok, repeats=1, label="w256_"))
+    if not args.no_main_job:
+        out.update(bench_main_job(MAIN_JOB_QUICK if q else MAIN_JOB_SHORT))
     out.update(
         {
             "model_params": sum(p.numel() for p in training.model.parameters()),

@@ -178,9 +178,10 @@ def test_sigkill_mid_run_then_resume_loses_and_repeats_nothing(tmp_path: Path) -
 
 
 def _learning_metrics(run_dir: Path) -> list[dict[str, object]]:
-    """Every logged metric per update except wall-clock timings and the reliability counters that count since
-    the process started (``workers/``, ``backend/``); NaN made comparable."""
-    skip_prefix = ("time", "workers/", "backend/")
+    """Every logged metric per update except wall-clock timings and the counters that count since the process
+    started (``workers/``, ``backend/``, and ``sampling/``: the local sampler's prefill and prefix cache, which
+    evaluation's sampling adds to); NaN made comparable."""
+    skip_prefix = ("time", "workers/", "backend/", "sampling/")
     skip_suffix = ("_s", "_seconds")
     return [
         {

@@ -76,6 +76,12 @@ class LocalBackendConfig(BaseModel):
     state_dir: str = "checkpoints"
     max_batch_rows: int = Field(default=64, ge=1)
     max_tokens_per_chunk: int = Field(default=16384, ge=16)
+    prefix_cache_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="KV prefix cache budget per sampling client, bytes (reuses the KV of prompt prefixes "
+        "across turns, branches and critic samples); None: 1/8 of the device's memory; 0: off",
+    )
 
 
 class PyTrioBackendConfig(BaseModel):
@@ -184,6 +190,7 @@ def create_local_clients(
         max_tokens_per_chunk=cfg.max_tokens_per_chunk,
         max_batch_rows=cfg.max_batch_rows,
         num_threads=cfg.num_threads,
+        prefix_cache_bytes=cfg.prefix_cache_bytes,
     )
     return training, training.save_weights_and_get_sampling_client()
 

@@ -217,9 +217,15 @@ class MacroStepTrainer(abc.ABC):
 
     def reliability_metrics(self) -> dict[str, float]:
         """Failure counters since this process started: env worker calls, errors, timeouts and replaced workers
-        (``workers/...``) and backend retries (``backend/...``), from components that keep them."""
+        (``workers/...``), backend retries (``backend/...``) and the local sampler's prompt prefill and prefix
+        cache (``sampling/...``), from components that keep them."""
         out: dict[str, float] = {"starts/fresh_start_failures": float(self.fresh_start_failures)}
-        for source in (getattr(self.c.pool, "stats", None), getattr(self.c.training_client, "stats", None)):
+        tc = self.c.training_client
+        for source in (
+            getattr(self.c.pool, "stats", None),
+            getattr(tc, "stats", None),
+            getattr(tc, "sampling_stats", None),
+        ):
             as_metrics = getattr(source, "as_metrics", None)
             if callable(as_metrics):
                 values = as_metrics()

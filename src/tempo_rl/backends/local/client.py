@@ -19,6 +19,7 @@ import asyncio
 import copy
 import re
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,12 @@ import numpy as np
 from tempo_rl._optional import require
 from tempo_rl.backends.local.losses import compute_loss
 from tempo_rl.backends.local.model import forward_logits
+from tempo_rl.backends.local.prefix_cache import (
+    PrefixCache,
+    PrefixCacheCounters,
+    counters_metrics,
+    default_cache_bytes,
+)
 from tempo_rl.backends.local.sampling import SampleRequest, sample_batch, validate_request
 from tempo_rl.backends.types import (
     AdamParams,
@@ -43,7 +50,13 @@ from tempo_rl.backends.validation import IGNORE_INDEX, validate_datums, validate
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["CHECKPOINT_NAME_RE", "LocalSamplingClient", "LocalTrainingClient", "check_checkpoint_name"]
+__all__ = [
+    "CHECKPOINT_NAME_RE",
+    "LocalSamplingClient",
+    "LocalSamplingStats",
+    "LocalTrainingClient",
+    "check_checkpoint_name",
+]
 
 #: PyTRIO's checkpoint-name rule, enforced everywhere so that a name valid locally is valid on the service
 CHECKPOINT_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?$")
@@ -76,6 +89,11 @@ class LocalSamplingClient:
         device: torch device holding ``model``.
         seed: seeds the generator used by requests whose ``SamplingParams.seed`` is None.
         max_batch_rows: most completions decoded in one batch (larger coalesced batches are split).
+        prefix_cache_bytes: budget of the KV prefix cache in bytes
+            (:mod:`tempo_rl.backends.local.prefix_cache`): ``None`` = 1/8 of the device's memory
+            (:func:`~tempo_rl.backends.local.prefix_cache.default_cache_bytes`), ``0`` = no cache (the uncached
+            computation, bit for bit).
+        shared_counters: counters of an owner (the training client) that this client's counts are added to.
     """
 
     def __init__(
@@ -86,6 +104,8 @@ class LocalSamplingClient:
         device: str = "cpu",
         seed: int = 0,
         max_batch_rows: int = 64,
+        prefix_cache_bytes: int | None = None,
+        shared_counters: PrefixCacheCounters | None = None,
     ) -> None:
         torch = require("torch", "local")
         self.model = model.eval()
@@ -103,10 +123,20 @@ class LocalSamplingClient:
         #: number of batched sampling computations run, and requests served (coalescing = requests / batches)
         self.batches_run = 0
         self.requests_served = 0
+        if prefix_cache_bytes is not None and prefix_cache_bytes < 0:
+            raise ValueError(
+                f"prefix_cache_bytes must be >= 0 (0 = no prefix cache, None = default), got {prefix_cache_bytes}"
+            )
+        self.counters = PrefixCacheCounters()
+        counters = (self.counters,) if shared_counters is None else (self.counters, shared_counters)
+        self._counters = counters
+        budget = default_cache_bytes(device) if prefix_cache_bytes is None else int(prefix_cache_bytes)
+        #: the KV prefix cache of these weights (None when ``prefix_cache_bytes == 0``)
+        self.prefix_cache = PrefixCache(budget, counters=counters) if budget > 0 else None
 
     # ---- sampling
     def _request(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> SampleRequest:
-        req = SampleRequest(tuple(int(t) for t in prompt), int(num_samples), params)
+        req = SampleRequest(tuple(map(int, prompt)), int(num_samples), params)
         validate_request(req, self.vocab_size, _max_positions(self.model))
         return req
 
@@ -119,7 +149,13 @@ class LocalSamplingClient:
                 if r is None or (chunk and rows + r.num_samples > self.max_batch_rows):
                     out.extend(
                         sample_batch(
-                            self.model, self.tokenizer, chunk, device=self.device, generator=self._generator
+                            self.model,
+                            self.tokenizer,
+                            chunk,
+                            device=self.device,
+                            generator=self._generator,
+                            prefix_cache=self.prefix_cache,
+                            counters=self._counters,
                         )
                     )
                     self.batches_run += 1
@@ -167,6 +203,25 @@ class LocalSamplingClient:
         task = loop.create_task(run())
         task.add_done_callback(lambda t: None)  # keep a reference until done
 
+    def prefix_cache_stats(self) -> dict[str, float]:
+        """Cumulative prompt-work and prefix-cache counters of this client, as metrics.
+
+        ``sampling/prefix_hit_tokens`` (prompt tokens whose KV came from the cache), ``sampling/prefill_tokens``
+        (prompt tokens computed by a forward; with the cache off, every distinct prompt's length),
+        ``sampling/prefix_hit_rate``, ``sampling/prefix_inserted_tokens``, ``sampling/prefix_evictions``
+        (blocks), ``sampling/prefix_evicted_tokens``, ``sampling/prefix_cache_peak_bytes`` and the cache's
+        current ``sampling/prefix_cache_bytes`` and ``sampling/prefix_cache_tokens``. Counts are since this
+        client was made.
+        """
+        with self._lock:
+            return counters_metrics(self.counters, [] if self.prefix_cache is None else [self.prefix_cache])
+
+    def clear_prefix_cache(self) -> None:
+        """Drop the cached KV (counters are kept); sampling stays correct, it only prefills more."""
+        with self._lock:
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()
+
     # ---- scoring
     def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
         """``[None, lp_1, ..., lp_{n-1}]``, ``lp_t = log p(tokens[t] | tokens[:t])`` under these weights."""
@@ -194,6 +249,24 @@ class LocalSamplingClient:
         return self.tokenizer
 
 
+class LocalSamplingStats:
+    """Sampling counters of every :class:`LocalSamplingClient` a training client made (all policy versions).
+
+    ``as_metrics()`` is read into the run's metrics by the trainer with the other components' counters: the
+    keys of :meth:`LocalSamplingClient.prefix_cache_stats`, cumulative since the training client was made, with
+    ``sampling/prefix_cache_bytes`` / ``_tokens`` summed over the sampling clients still alive.
+    """
+
+    def __init__(self) -> None:
+        self.counters = PrefixCacheCounters()
+        self.samplers: weakref.WeakSet[LocalSamplingClient] = weakref.WeakSet()
+
+    def as_metrics(self) -> dict[str, float]:
+        """The counters as ``sampling/...`` metrics."""
+        caches = [s.prefix_cache for s in list(self.samplers) if s.prefix_cache is not None]
+        return counters_metrics(self.counters, caches)
+
+
 class LocalTrainingClient:
     """Trains a local causal LM with PyTRIO's ``forward_backward`` / ``optim_step`` semantics.
 
@@ -212,6 +285,10 @@ class LocalTrainingClient:
             thread for a small model (< 20M parameters) on CPU, where multi-threading tiny matrix products
             costs more than it saves (10-20x slower sampling measured on a loaded 2-core machine); torch's
             default otherwise.
+        prefix_cache_bytes: KV prefix cache budget of each sampling client (see
+            :class:`LocalSamplingClient`; ``None`` = default, ``0`` = off). A sampling client made after an
+            ``optim_step`` empties the caches of the clients made before it (they stay usable), so one budget is
+            in use at a time in a training run; :attr:`sampling_stats` sums the counters of all of them.
     """
 
     def __init__(
@@ -225,8 +302,13 @@ class LocalTrainingClient:
         max_tokens_per_chunk: int = 16384,
         max_batch_rows: int = 64,
         num_threads: int | None = None,
+        prefix_cache_bytes: int | None = None,
     ) -> None:
         torch = require("torch", "local")
+        if prefix_cache_bytes is not None and prefix_cache_bytes < 0:
+            raise ValueError(
+                f"prefix_cache_bytes must be >= 0 (0 = no prefix cache, None = default), got {prefix_cache_bytes}"
+            )
         small = sum(p.numel() for p in model.parameters()) < 20_000_000
         if num_threads is None and str(device).startswith("cpu") and small:
             num_threads = 1
@@ -253,6 +335,10 @@ class LocalTrainingClient:
         #: optimizer steps taken, and the pre-clip global gradient norm of the last one
         self.step = 0
         self.last_grad_norm = 0.0
+        self.prefix_cache_bytes = prefix_cache_bytes
+        #: sampling counters of every sampling client made here (read by the trainer's run metrics)
+        self.sampling_stats = LocalSamplingStats()
+        self._samplers: list[tuple[int, weakref.ref[LocalSamplingClient]]] = []
 
     # ---- helpers
     def _trainable(self) -> list[torch.nn.Parameter]:
@@ -411,13 +497,26 @@ class LocalTrainingClient:
         for p in snapshot.parameters():
             p.requires_grad_(False)
         self._snapshots += 1
-        return LocalSamplingClient(
+        sampler = LocalSamplingClient(
             snapshot,
             self.tokenizer,
             device=self.device,
             seed=self.seed + self._snapshots,
             max_batch_rows=self.max_batch_rows,
+            prefix_cache_bytes=self.prefix_cache_bytes,
+            shared_counters=self.sampling_stats.counters,
         )
+        live: list[tuple[int, weakref.ref[LocalSamplingClient]]] = []
+        for step, ref in self._samplers:
+            old = ref()
+            if old is None:
+                continue
+            if step < self.step:  # an older policy version: free its memory for the new one's cache
+                old.clear_prefix_cache()
+            live.append((step, ref))
+        self._samplers = [*live, (self.step, weakref.ref(sampler))]
+        self.sampling_stats.samplers.add(sampler)
+        return sampler
 
     def get_tokenizer(self) -> Tokenizer:
         """The tokenizer of this model."""

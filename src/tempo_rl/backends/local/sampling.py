@@ -10,6 +10,12 @@ in one batched computation:
 3. *decode*: one token per live row per forward, feeding the KV cache; finished rows are dropped from the
    batch (``cache.batch_select_indices``) so the work shrinks as completions end.
 
+With a :class:`~tempo_rl.backends.local.prefix_cache.PrefixCache` (the sampling client's default), step 1
+prefills only the tokens past each prompt's longest cached prefix (cached KV and fresh tokens share the batch:
+masked columns between them, ``position_ids`` counting real tokens only), the decode cache grows in place, and
+every finished row's KV is stored for later calls. Without one (``prefix_cache_bytes = 0``) the computation is
+exactly the uncached one.
+
 Sampling distribution of a row with temperature ``T > 0``: ``softmax(z / T)`` restricted to the ``top_k``
 largest logits and to the smallest set whose probability reaches ``top_p`` (nucleus), renormalised; ``T == 0``
 is greedy.
@@ -38,6 +44,13 @@ from typing import TYPE_CHECKING, Any
 
 from tempo_rl._optional import require
 from tempo_rl.backends.local.model import forward_logits
+from tempo_rl.backends.local.prefix_cache import (
+    PrefixCache,
+    PrefixCacheCounters,
+    bump,
+    cache_layers,
+    growing_cache,
+)
 from tempo_rl.backends.types import SampledSequence, SampleResult, SamplingParams, Tokenizer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,7 +83,8 @@ def validate_request(req: SampleRequest, vocab_size: int, max_positions: int | N
         raise ValueError(f"sample: top_p must be in (0, 1], got {p.top_p}")
     if p.top_k == 0 or p.top_k < -1:
         raise ValueError(f"sample: top_k must be -1 (off) or >= 1, got {p.top_k}")
-    bad = [t for t in req.prompt if not 0 <= t < vocab_size]
+    in_range = min(req.prompt) >= 0 and max(req.prompt) < vocab_size  # C-speed check of long prompts
+    bad = [] if in_range else [t for t in req.prompt if not 0 <= t < vocab_size]
     if bad:
         raise ValueError(f"sample: prompt token ids {bad[:5]} are outside [0, vocab_size={vocab_size})")
     if max_positions is not None and len(req.prompt) + p.max_tokens > max_positions:
@@ -115,6 +129,8 @@ def sample_batch(
     device: str = "cpu",
     generator: torch.Generator | None = None,
     pad_id: int = 0,
+    prefix_cache: PrefixCache | None = None,
+    counters: Sequence[PrefixCacheCounters] = (),
 ) -> list[SampleResult]:
     """Sample every request in one batched KV-cache loop; results are in request order.
 
@@ -125,6 +141,10 @@ def sample_batch(
         device: torch device of ``model``.
         generator: RNG for requests without a seed (the client's; advanced in request order).
         pad_id: token fed to padding positions (masked out; any valid id works).
+        prefix_cache: reuse and store the KV of token prefixes (see
+            :mod:`tempo_rl.backends.local.prefix_cache`); ``None`` runs the uncached computation.
+        counters: counter objects the call adds its prompt work to (``prefix_hit_tokens``: prompt tokens read
+            from ``prefix_cache``, ``prefill_tokens``: prompt tokens computed; distinct prompts only).
     """
     torch = require("torch", "local")
     if not requests:
@@ -153,12 +173,39 @@ def sample_batch(
         else:
             gens.append(generator)
     stops = [_stop_sets(r.params, eos) for r in requests]
+    paths = [] if prefix_cache is None else [prefix_cache.lookup_path(pr) for pr in prompts]
+    hits = [[node.kv for node in path] for path in paths]
     with torch.inference_mode():
-        logits, cache = forward_logits(
-            model, ids.to(device), mask.to(device), pos.to(device), use_cache=True, logits_to_keep=1
-        )
+        if not any(hits):  # every prompt from scratch: the uncached computation
+            bump(counters, prefill_tokens=sum(len(pr) for pr in prompts))
+            logits, cache = forward_logits(
+                model, ids.to(device), mask.to(device), pos.to(device), use_cache=True, logits_to_keep=1
+            )
+        else:
+            assert prefix_cache is not None
+            extra = max(r.params.max_tokens for r in requests)
+            ids, mask, pos, logits, cache = _prefill_with_hits(
+                model, prompts, hits, prefix_cache, device, pad_id, counters, extra
+            )
+        if prefix_cache is not None and prefix_cache.enabled and cache_layers(cache) is None:
+            kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", ())})
+            prefix_cache.disable(
+                f"the model's cache is {type(cache).__name__} with layers {kinds}, not a DynamicCache of "
+                "full-attention DynamicLayer layers; prefix caching is off for this model"
+            )
+        if prefix_cache is not None and not prefix_cache.enabled:
+            prefix_cache = None
         sel = torch.tensor(prefill_row, dtype=torch.long, device=device)
-        cache.batch_select_indices(sel)  # one cache row per sample
+        layers = None if prefix_cache is None else cache_layers(cache)
+        if layers is None:
+            cache.batch_select_indices(sel)  # one cache row per sample
+        else:  # one row per sample, with room for the completion: decode steps append in place
+            extra = max(r.params.max_tokens for r in requests)
+            assert prefix_cache is not None
+            copied = growing_cache(
+                layers, filled=mask.shape[1], rows=prefill_row, extra=extra, scratch=prefix_cache.scratch
+            )
+            cache = cache if copied is None else copied
         last = logits[sel, -1, :]
         mask_r = mask[prefill_row].to(device)
         next_pos = pos[prefill_row, -1:].to(device) + 1
@@ -201,6 +248,10 @@ def sample_batch(
                     reasons[g] = "stop"
                 elif len(out_tokens[g]) < requests[req_i].params.max_tokens:
                     keep.append(b)
+                    continue
+                if prefix_cache is not None:  # finished: store the KV of every token it was fed
+                    fed = prompts[prefill_row[g]] + tuple(out_tokens[g][:-1])
+                    prefix_cache.insert(fed, _row_kv(cache, b, mask_r[b]), known=paths[prefill_row[g]])
             if not keep:
                 break
             if len(keep) < len(live):
@@ -233,3 +284,77 @@ def sample_batch(
             row += 1
         results.append(SampleResult(sequences=tuple(seqs)))
     return results
+
+
+def _prefill_with_hits(
+    model: Any,
+    prompts: Sequence[tuple[int, ...]],
+    hits: Sequence[Sequence[torch.Tensor]],
+    prefix_cache: PrefixCache,
+    device: str,
+    pad_id: int,
+    counters: Sequence[PrefixCacheCounters],
+    extra: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+    """Prefill ``prompts`` whose first ``len(hits[i]) * block_tokens`` tokens have cached KV blocks.
+
+    Layout of prompt ``i`` (``m_i`` cached tokens, ``s_i = len - m_i`` fresh ones, ``P = max m``,
+    ``S = max s``): columns ``[0, P)`` hold its cached KV right-aligned (``P - m_i`` masked columns first),
+    columns ``[P, P + S)`` its fresh tokens right-aligned (``S - s_i`` masked columns between the two parts), so
+    every prompt's last token is in the last column. ``position_ids`` count the unmasked columns (token ``j``
+    of the prompt is at position ``j`` wherever its column is), and the attention mask hides every padding
+    column, so each token attends exactly to its prompt's earlier tokens, as in the uncached prefill.
+
+    The cache's buffers have ``extra`` spare columns for the decode steps.
+    Returns ``(ids [U, S], mask [U, P + S], pos [U, P + S], logits of the last column, cache)``.
+    """
+    torch = require("torch", "local")
+    cached = [len(h) * prefix_cache.block_tokens for h in hits]
+    p_width = max(cached)
+    s_width = max(len(pr) - m for pr, m in zip(prompts, cached))
+    bump(counters, prefix_hit_tokens=sum(cached), prefill_tokens=sum(len(pr) for pr in prompts) - sum(cached))
+    u = len(prompts)
+    ids = torch.full((u, s_width), pad_id, dtype=torch.long)
+    mask = torch.zeros((u, p_width + s_width), dtype=torch.long)
+    template = next(h[0] for h in hits if h)  # [layers, 2, kv_heads, B, head_dim]
+    n_layers, _, heads, _, head_dim = template.shape
+    # one buffer for every layer's keys and values, with room for the fresh tokens (appended in place)
+    shape = (n_layers, 2, u, heads, p_width + s_width + max(extra, 1), head_dim)
+    kv = prefix_cache.scratch.get("prefill", shape, template)
+    for i, (pr, m) in enumerate(zip(prompts, cached)):
+        fresh = pr[m:]
+        ids[i, s_width - len(fresh) :] = torch.tensor(fresh, dtype=torch.long)
+        mask[i, p_width - m : p_width] = 1
+        mask[i, p_width + s_width - len(fresh) :] = 1
+        kv[:, :, i, :, : p_width - m, :] = 0  # masked, but must be finite (0 * nan is nan)
+        if m:
+            kv[:, :, i, :, p_width - m : p_width, :] = torch.cat(list(hits[i]), dim=3)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = growing_cache([(kv[layer, 0], kv[layer, 1]) for layer in range(n_layers)], filled=p_width)
+    logits, cache = forward_logits(
+        model,
+        ids.to(device),
+        mask.to(device),
+        pos[:, p_width:].to(device),
+        cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return ids, mask, pos, logits, cache
+
+
+def _row_kv(cache: Any, b: int, row_mask: torch.Tensor) -> Any:
+    """``(start, stop) -> [layers, 2, kv_heads, stop - start, head_dim]``: the KV of tokens ``[start, stop)``
+    of batch row ``b`` of ``cache``, whose columns are the unmasked ones of ``row_mask`` (in token order)."""
+    torch = require("torch", "local")
+    layers = cache_layers(cache)
+    assert layers is not None
+    cols = torch.nonzero(row_mask, as_tuple=True)[0]
+
+    def keys_values(start: int, stop: int) -> Any:
+        idx = cols[start:stop]
+        return torch.stack(
+            [torch.stack([k[b].index_select(1, idx), v[b].index_select(1, idx)]) for k, v in layers]
+        )
+
+    return keys_values
