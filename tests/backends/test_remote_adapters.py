@@ -82,7 +82,11 @@ def test_calls_use_real_types_and_are_recorded(pytrio_stub: tuple[Any, Any, Any]
     seq = sampling.sample(prompt, 2, SamplingParams(max_tokens=3, seed=0)).sequences[0]
     training.forward_backward([completion_datum(prompt, list(seq.tokens), list(seq.logprobs), 1.0)], "ppo")
     methods = service.methods_called()
-    assert methods[-3:] == ["sample", "forward_backward", "fetch_tokenizer"]  # no tokenizer_path: pytrio fetches
+    assert methods[-3:] == [
+        "sample",
+        "forward_backward",
+        "fetch_tokenizer",
+    ]  # no tokenizer_path: pytrio fetches
     assert service.calls[-2][1] == {"n": 1, "loss_fn": "ppo"}
 
 

@@ -13,11 +13,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 __all__ = [
+    "AnyBackendConfig",
     "BackendConfig",
     "LocalBackendConfig",
     "PyTrioBackendConfig",
     "RetryConfig",
-    "AnyBackendConfig",
     "TinkerBackendConfig",
     "parse_backend_config",
 ]

@@ -163,7 +163,7 @@ async def _await(value: Any) -> Any:
 async def _call_async(make: Callable[[], Awaitable[Any]], timeout_s: float, what: str) -> Any:
     try:
         return await asyncio.wait_for(_await(make()), timeout=timeout_s)
-    except (TimeoutError, asyncio.TimeoutError) as exc:
+    except TimeoutError as exc:
         raise BackendTimeoutError(f"{what} did not finish within {timeout_s} s") from exc
 
 
@@ -393,7 +393,6 @@ class RemoteTrainingClient(_RemoteClient):
         if prepare is not None:
             prepare(raw, tokenizer)
 
-
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_fn_config: Mapping[str, Any] | None = None
     ) -> ForwardBackwardOutput:
@@ -470,7 +469,9 @@ class RemoteTrainingClient(_RemoteClient):
         (e.g. ``trio://...``), which :meth:`load_state` accepts."""
         unique = self.service_name(name)
         self._saves += 1
-        resp = _call(lambda: self.raw.save_state(unique), self.retry.result_timeout_s, self._what("save_state"))
+        resp = _call(
+            lambda: self.raw.save_state(unique), self.retry.result_timeout_s, self._what("save_state")
+        )
         return str(resp.path)
 
     def load_state(self, path: str) -> None:

@@ -461,7 +461,9 @@ class RecordingPyTrioService(_StubService):
         from pytrio.model.limits import TrainingLimits
 
         return TrainingLimits(
-            max_batch_size=None, max_tokens_per_request=self.max_tokens_per_request, max_seq_len=self.max_seq_len
+            max_batch_size=None,
+            max_tokens_per_request=self.max_tokens_per_request,
+            max_seq_len=self.max_seq_len,
         )
 
     def get_server_capabilities(self) -> Any:
