@@ -176,6 +176,22 @@ def test_a_sample_longer_than_the_models_limit_is_refused_at_the_start(
     assert training.limits.max_seq_len == 4096
 
 
+def test_a_datum_longer_than_the_limit_fails_before_any_request(
+    local_training: Any, fetched: list[str]
+) -> None:
+    """Defect 7 (lengths), per datum: a clear error naming the datum, the limit and the settings, raised by
+    tempo-rl before pytrio plans the batch."""
+    from tempo_rl.backends import DatumError
+
+    service, server = make_service(local_training, model=MODEL, max_seq_len=8)
+    training, _ = create_clients(_cfg(), service_client=service)
+    before = len(server.events)
+    long = completion_datum(list(range(1, 10)), [3, 4], [-1.0, -1.0], 1.0)  # 10 input tokens > 8
+    with pytest.raises(DatumError, match=r"datum 0: 10 input tokens exceed pytrio's per-sample limit of 8"):
+        training.forward_backward([long], "importance_sampling")
+    assert server.events[before:] == []
+
+
 TINY_PYTRIO = """
 algorithm = "tempo"
 

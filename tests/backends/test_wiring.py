@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from tempo_rl.backends import LocalBackendConfig, PyTrioBackendConfig, RetryConfig, SamplingParams, create_clients
+from tempo_rl.backends import (
+    LocalBackendConfig,
+    PyTrioBackendConfig,
+    RetryConfig,
+    SamplingParams,
+    create_clients,
+)
 from tempo_rl.rollout.datums import completion_datum
 
 PKG = Path(__file__).resolve().parents[2] / "src" / "tempo_rl" / "backends"
@@ -70,12 +76,10 @@ def test_every_backend_gets_the_same_retry_layer(tokenizer: Any, tmp_path: Path)
         assert isinstance(training, RetryingTrainingClient) and isinstance(sampler, RetryingSamplingClient)
         assert training.retry == FAST
         inner = training.inner
-        flaky = {"left": 2}
-        sample = sampler.inner.sample
 
-        def sometimes(*a: Any, _s: Any = sample, **k: Any) -> Any:
-            if flaky["left"]:
-                flaky["left"] -= 1
+        def sometimes(*a: Any, _s: Any = sampler.inner.sample, _left: list[int] = [2], **k: Any) -> Any:  # noqa: B006
+            if _left[0]:
+                _left[0] -= 1
                 raise ConnectionError("reset by peer")
             return _s(*a, **k)
 
@@ -91,7 +95,9 @@ def test_train_config_backend_is_typed() -> None:
     cfg = load_config(None, ['backend.kind="pytrio"', "backend.lora_rank=16", "backend.stub=true"])
     assert isinstance(cfg.backend, PyTrioBackendConfig) and cfg.backend.lora_rank == 16
     assert isinstance(load_config(None, []).backend, LocalBackendConfig)
-    assert isinstance(load_config(None, ["backend.hidden_size=32"]).backend, LocalBackendConfig)  # kind defaults
+    assert isinstance(
+        load_config(None, ["backend.hidden_size=32"]).backend, LocalBackendConfig
+    )  # kind defaults
     with pytest.raises(ConfigError, match=r"backend\.pytrio\.lora_rank"):
         load_config(None, ['backend.kind="pytrio"', "backend.lora_rank=128"])
 
