@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tempo_rl.backends import (
     PyTrioBackendConfig,
@@ -239,3 +241,34 @@ def test_loss_falls_back_to_elementwise_outputs(tokenizer: Any) -> None:
         [completion_datum([1, 2], [3, 4], [-1.0, -1.0], 1.0)], "importance_sampling"
     )
     assert out.loss == pytest.approx(1.5) and out.metrics["tokens"] == 3.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    names=st.lists(
+        st.from_regex(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,250}[A-Za-z0-9_-])?", fullmatch=True),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_service_names_are_valid_unique_and_keep_the_name(tokenizer: Any, names: list[str]) -> None:
+    """Every name a remote save sends matches the services' rule, fits their 200 characters, starts with the
+    requested name (as much of it as fits) and is never sent twice, whatever the requested names."""
+    from tempo_rl.backends.remote import _MAX_NAME, _NAME_RE, RemoteTrainingClient, ServiceFlavor
+
+    sent: list[str] = []
+
+    class Raw:
+        def save_state(self, name: str) -> Any:
+            sent.append(name)
+            return type("R", (), {"path": f"trio://run/{name}"})()
+
+    client = RemoteTrainingClient(
+        Raw(), ServiceFlavor("pytrio", pytrio.types, {}, {}, "loss_sum", False), tokenizer, FAST
+    )
+    for name in names + names:
+        client.save_state(name)
+    assert len(set(sent)) == len(sent) == 2 * len(names)
+    for want, got in zip(names + names, sent, strict=True):
+        assert _NAME_RE.match(got) and len(got) <= _MAX_NAME
+        assert got.startswith(want[: _MAX_NAME - 13])

@@ -200,3 +200,32 @@ def test_stubs_take_the_sdk_signatures(stub_name: str, sdk_cls: str, methods: li
     for m in methods:
         want = _params(getattr(real, m))
         assert _params(getattr(stub, m))[: len(want)] == want, f"{stub_name}.{m} differs from {sdk_cls}.{m}"
+
+
+def test_pytrio_normalises_over_all_target_tokens_of_a_call() -> None:
+    """The fact behind docs/alfworld-pytrio.md's normalisation section: pytrio's planner counts every target
+    that is not -100 as active, tempo-rl's context tokens included, per ``forward_backward`` call."""
+    from pytrio.client.training_batch import plan_training_batch
+    from pytrio.model.limits import TrainingLimits
+
+    from tempo_rl.backends.remote import to_service_datum
+    from tempo_rl.rollout.datums import completion_datum
+
+    datums = [
+        completion_datum([1, 2, 3, 4, 5], [6, 7], [-1.0, -1.0], 1.0),  # 6 targets, 2 with an advantage
+        completion_datum([1, 2], [3, 4, 5], [-1.0] * 3, -0.5),  # 4 targets, 3 with an advantage
+    ]
+    limits = TrainingLimits(max_batch_size=None, max_tokens_per_request=None, max_seq_len=None)
+
+    def totals(batch: list[Any]) -> tuple[int, int, int]:
+        t = plan_training_batch(
+            [to_service_datum(d, pytrio.types) for d in batch],
+            loss_fn="importance_sampling",
+            auto_shift=False,
+            limits=limits,
+            tokenizer_vocab_size=100,
+        ).totals
+        return t.total_samples, t.total_active_tokens, t.total_advantage_tokens
+
+    assert totals(datums) == (2, 10, 5)
+    assert totals(datums[:1]) == (1, 6, 2) and totals(datums[1:]) == (1, 4, 3)  # chunk_datums=1: own divisors
