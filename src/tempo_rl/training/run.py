@@ -175,9 +175,8 @@ def _create_clients(
         else:
             tokenizer = build_tokenizer(env_corpus(config), vocab_size=cfg.vocab_size)
             tokenizer.save_pretrained(str(tok_dir))
-        if (
-            cfg.state_dir == type(cfg).model_fields["state_dir"].default
-        ):  # not chosen (config.toml stores defaults)
+        # the default means "not chosen" (config.toml stores every default too)
+        if cfg.state_dir == type(cfg).model_fields["state_dir"].default:
             cfg = cfg.model_copy(update={"state_dir": str(run_dir / "backend_states")})
     s = config.sampling
     training, sampler = create_clients(
