@@ -1,12 +1,16 @@
-"""An in-process PyTRIO service under the **real** pytrio 0.2.9 client code.
+"""An in-process PyTRIO service at the HTTP transport, under the **real** pytrio 0.2.9 client code.
 
-Only the two network boundaries of pytrio's ``ServiceRuntime`` are replaced: the Control HTTP client (training
-and sampling runs, checkpoint lookups, the model catalogue) and the Actor run coordinators (the trainer's and
-the sampler's event queues). Everything above them is pytrio's own: ``ServiceClient.create_lora_training_client``
-and ``create_training_client_from_state_with_optimizer``, ``TrainingClient``'s lazy trainer initialisation and
-its ``load_state`` rule (``validation.already_initialized``), ``plan_training_batch`` (vocabulary, per-sample
-limits, normalisation totals), the payload builders (checkpoint-name rule) and the response adapters (strict
-protocol models for forward, save and sample results). The trainer and sampler delegate the maths to a
+:func:`install_http` replaces ``httpx.AsyncHTTPTransport.handle_async_request`` (the transport of every
+``httpx.AsyncClient`` pytrio opens) with :class:`HttpService`, which speaks pytrio's wire protocol: Control
+(JSON under ``api/openapi/v1/...``: API-key check, SDK bootstrap, service session, model catalogue, training and
+sampling runs, checkpoint lookups) and the Actor (``v1/events`` MessagePack envelopes answered with event
+responses, ``v1/sampling-runs/<id>/sample``, ``v1/client/heartbeat``). Everything above the transport is
+pytrio's own: ``ServiceClient()`` (authentication, session), ``create_lora_training_client`` and
+``create_training_client_from_state_with_optimizer``, ``TrainingClient``'s lazy trainer initialisation and its
+``load_state`` rule (``validation.already_initialized``), ``plan_training_batch`` (vocabulary, per-sample limits,
+normalisation totals), the payload builders (checkpoint-name rule), the run coordinators, and the response
+parsing (strict protocol models for event, forward, save and sample results). The trainer and sampler
+(:class:`FakeTrainer`, :class:`FakeSampler`) delegate the maths to a
 :class:`~tempo_rl.backends.local.LocalTrainingClient`.
 
 The service rules it adds are the server's: a checkpoint name is unique within a training run unless
@@ -16,6 +20,7 @@ The service rules it adds are the server's: a checkpoint name is unique within a
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
@@ -58,7 +63,9 @@ def _late(value: Any, delay_s: float) -> Any:
     timer = threading.Timer(delay_s, f.set_result, args=(value,))
     timer.daemon = True
     timer.start()
-    return APIFuture(f)
+    out = APIFuture(f)
+    out._late_s = delay_s  # type: ignore[attr-defined]
+    return out
 
 
 def _ids(wire: Any) -> list[int]:
@@ -346,33 +353,162 @@ class FakeSampler:
         )
 
 
-def make_service(
-    local: Any = None, *, server: FakeServer | None = None, **server_kw: Any
-) -> tuple[Any, FakeServer]:
-    """A real ``pytrio.ServiceClient`` (authentication skipped) whose runtime talks to a :class:`FakeServer`
-    (a new one over ``local``, or ``server``: e.g. the same service seen again by a resumed process)."""
-    import pytrio
-    from pytrio.runtime.service import ActorHeartbeatHandle, ServiceRuntime
+# ------------------------------------------------------------------------------------------- HTTP transport
+class HttpService:
+    """The same :class:`FakeServer` behind pytrio's HTTP wire protocol: Control (JSON, ``openapi/v1/...``) and
+    the Actor (``v1/events`` MessagePack envelopes answered with JSON event responses, ``v1/sampling-runs/
+    <id>/sample``, ``v1/client/heartbeat``). With :func:`install_http` pytrio's own ``ServiceClient()`` runs
+    unchanged, authentication, session, coordinators and heartbeats included."""
 
-    if server is None:
-        server = FakeServer(local, **server_kw)
+    ACTOR_HOST = "actor.test"
 
-    class Runtime(ServiceRuntime):
-        def create_actor_training_run_coordinator(
-            self, actor: Any, jwt: Any, renew: Any, *, training_run_cuid: str
-        ) -> Any:
-            return FakeTrainer(server, training_run_cuid)
+    def __init__(self, server: FakeServer) -> None:
+        self.server = server
+        self.control = FakeControl(server)
+        self.trainers: dict[str, FakeTrainer] = {}
+        self.samplers: dict[str, FakeSampler] = {}
+        self.errors: list[str] = []
+        self.requests: list[tuple[str, str]] = []
+        self.control._actor = self._actor  # type: ignore[method-assign]
 
-        def create_actor_sampling_run_coordinator(
-            self, actor: Any, jwt: Any, renew: Any, *, sampling_run_cuid: str
-        ) -> Any:
-            return FakeSampler(server, server.runs[sampling_run_cuid]["weights"])
+    def _actor(self) -> tuple[Any, Any]:
+        from pytrio.protocol.control.actor.credentials import ActorConnectionInfo, ActorJWT
 
-        def start_actor_heartbeat(self, actor_client: Any) -> Any:
-            return ActorHeartbeatHandle()
+        return (
+            ActorConnectionInfo(
+                actor_cuid="a1",
+                endpoint=f"http://{self.ACTOR_HOST}",
+                connect_mode="direct",
+                tls_enabled=False,
+            ),
+            ActorJWT(token="jwt", expires_at=_NOW + timedelta(days=365)),
+        )
 
-    runtime = Runtime(api_key="test-key", control_client=FakeControl(server))  # type: ignore[arg-type]
-    client = object.__new__(pytrio.ServiceClient)
-    client._runtime = runtime
-    client.service_session_cuid = "ss1"
-    return client, server
+    async def handle(self, request: Any) -> Any:
+        import httpx
+
+        path = request.url.path.lstrip("/")
+        self.requests.append((request.method, path))
+        try:
+            if request.url.host == self.ACTOR_HOST:
+                status, body = await self._actor_route(request, path)
+            else:
+                status, body = await self._control_route(request, path.removeprefix("api/"))
+        except ServiceRejected as exc:
+            return httpx.Response(409, json={"code": "conflict", "message": str(exc)}, request=request)
+        except Exception as exc:  # a bug of the fake: answer 400 so that pytrio does not retry it
+            self.errors.append(f"{request.method} {path}: {type(exc).__name__}: {exc}")
+            return httpx.Response(400, json={"code": "fake_error", "message": repr(exc)}, request=request)
+        return httpx.Response(status, json=body, request=request)
+
+    async def _control_route(self, request: Any, path: str) -> tuple[int, Any]:
+        from pytrio.protocol.control.model.list import ModelListResponse
+
+        body = json.loads(request.content) if request.content else {}
+        parts = path.split("/")
+        if path.endswith("api-key/verify"):
+            return 200, {
+                "api_key_tid": "k1", "api_key_name": "test", "user_cuid": "u1", "username": "tester",
+                "display_name": None, "workspace_cuid": "w1", "workspace_name": "test", "workspace_type": "personal",
+                "expires_at": None,
+            }  # fmt: skip
+        if path.endswith("sdk/bootstrap"):
+            version = request.url.params.get("sdk_version", "0")
+            return 200, {"compatibility": {"status": "compatible", "sdk_version": version}, "notices": []}
+        if path.endswith("models"):
+            models = await self.control.get_models()
+            return 200, ModelListResponse(items=models, total=len(models), limit=100, offset=0).model_dump(
+                mode="json"
+            )
+        if path.endswith("service-sessions") and request.method == "POST":
+            return 200, {
+                "service_session_cuid": "ss1",
+                "workspace_cuid": "w1",
+                "status": "ACTIVE",
+                "created_at": _NOW.isoformat(),
+            }
+        if path.endswith("training-runs/by-checkpoint-uri"):
+            out = await self.control.find_training_run_by_checkpoint_uri(request.url.params["checkpoint_uri"])
+            return 200, out.model_dump(mode="json")
+        if len(parts) >= 6 and parts[-2] == "training-runs" and request.method == "PATCH":
+            out = await self.control.update_training_run(parts[-3], parts[-1], **body)
+            return 200, out.model_dump(mode="json")
+        if path.endswith("/training-runs") and request.method == "POST":
+            out = await self.control.create_training_run(parts[-2], **body)
+            self.trainers[out.training_run_cuid] = FakeTrainer(self.server, out.training_run_cuid)
+            return 200, out.model_dump(mode="json")
+        if path.endswith("/sampling-runs") and request.method == "POST":
+            out = await self.control.create_sampling_run(parts[-2], **body)
+            run = out.sampling_run_cuid
+            self.samplers[run] = FakeSampler(self.server, self.server.runs[run]["weights"])
+            return 200, out.model_dump(mode="json")
+        if path.endswith("/close"):
+            return 200, {"service_session_cuid": parts[-2], "status": "ENDED"}
+        raise AssertionError(f"no control route for {request.method} {path}")
+
+    async def _actor_route(self, request: Any, path: str) -> tuple[int, Any]:
+        import msgpack
+        from pytrio.protocol.actor.events.event import EventType
+        from pytrio.protocol.actor.events.trainer.forward import TrainerForwardBackwardPayload
+        from pytrio.protocol.actor.events.trainer.init_run import TrainerInitRunPayload
+        from pytrio.protocol.actor.events.trainer.optimize_step import TrainerOptimizeStepPayload
+        from pytrio.protocol.actor.events.trainer.save import TrainerSavePayload
+        from pytrio.protocol.actor.sampling_run.sample import SampleRequest
+
+        if path == "v1/client/heartbeat":
+            return 200, {"status": "ok"}
+        if path.startswith("v1/sampling-runs/") and path.endswith("/sample"):
+            sampler = self.samplers[path.split("/")[2]]
+            request_model = SampleRequest.model_validate(json.loads(request.content))
+            answer = await sampler.submit(request_model)
+            return 200, answer.result().model_dump(mode="json")
+        if path == "v1/events":
+            envelope = msgpack.unpackb(request.content, raw=False)
+            event_type = EventType(envelope["type"])
+            models = {
+                EventType.TRAINER_INIT_RUN: TrainerInitRunPayload,
+                EventType.TRAINER_FORWARD_BACKWARD: TrainerForwardBackwardPayload,
+                EventType.TRAINER_FORWARD: TrainerForwardBackwardPayload,
+                EventType.TRAINER_OPTIMIZE_STEP: TrainerOptimizeStepPayload,
+                EventType.TRAINER_SAVE_STATE: TrainerSavePayload,
+                EventType.TRAINER_SAVE_WEIGHTS: TrainerSavePayload,
+            }
+            payload = models[event_type].model_validate(envelope["payload"])
+            trainer = self.trainers[envelope["metadata"]["run_id"]]
+            base = {
+                "version": envelope["version"],
+                "event_id": envelope["event_id"],
+                "type": event_type.value,
+            }
+            usage = {"input_tokens": 0, "output_tokens": 0}
+            future = trainer._handle(event_type, payload)
+            delay = getattr(future, "_late_s", 0.0)
+            if delay:
+                import asyncio
+
+                await asyncio.sleep(delay)
+            try:
+                answer = future.result(timeout=delay + 5.0)
+            except ServiceRejected as exc:
+                return 200, {
+                    **base,
+                    "status": "failed",
+                    "error": {"code": "conflict", "message": str(exc)},
+                    "usage": usage,
+                }
+            return 200, {**base, "status": "succeeded", "result": answer["result"], "usage": usage}
+        raise AssertionError(f"no actor route for {request.method} {path}")
+
+
+def install_http(monkeypatch: Any, server: FakeServer) -> HttpService:
+    """Route every ``httpx.AsyncClient`` request of this process to ``server`` (pytrio's transport)."""
+    import httpx
+
+    service = HttpService(server)
+
+    async def handle_async_request(self: Any, request: Any) -> Any:
+        await request.aread()
+        return await service.handle(request)
+
+    monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", handle_async_request)
+    return service
