@@ -204,7 +204,7 @@ def test_a_sample_longer_than_the_models_limit_is_refused_at_the_start(
     service, server = make_service(local_training, model=MODEL, max_seq_len=4096)
     with pytest.raises(
         ValueError,
-        match=r"sampling.max_trajectory_tokens.*12000 tokens exceed pytrio's per-sample limit of 4096",
+        match=r"sampling.max_trajectory_tokens.*12000 tokens exceed pytrio's per-sample training limit of 4096",
     ):
         create_clients(_cfg(), service_client=service, max_sequence_tokens=12_000)
     assert not [e for e in server.events if e[1][0] == "create_training_run"]
@@ -226,6 +226,22 @@ def test_a_datum_longer_than_the_limit_fails_before_any_request(
     with pytest.raises(DatumError, match=r"datum 0: 10 input tokens exceed pytrio's per-sample limit of 8"):
         training.forward_backward([long], "importance_sampling")
     assert server.events[before:] == []
+
+
+def test_a_prompt_longer_than_the_sampling_limit_fails_before_any_request(
+    make_service: Any, local_training: Any, fetched: list[str]
+) -> None:
+    """Defect 7 (lengths), sampling: pytrio reports the sampler's ``max_seq_len`` but its client does not check
+    it; tempo-rl refuses ``len(prompt) + max_tokens`` above it before sending."""
+    service, server = make_service(local_training, model=MODEL, max_seq_len=8)
+    _, sampler = create_clients(_cfg(), service_client=service)
+    before = len(server.events)
+    with pytest.raises(
+        ValueError, match=r"6-token prompt plus max_tokens=3 exceeds pytrio's sampling limit of 8"
+    ):
+        sampler.sample([1, 2, 3, 4, 5, 6], 1, SamplingParams(max_tokens=3))
+    assert server.events[before:] == []
+    assert len(sampler.sample([1, 2, 3, 4, 5], 1, SamplingParams(max_tokens=3, seed=0)).sequences) == 1
 
 
 TINY_PYTRIO = """

@@ -102,8 +102,8 @@ def pytrio_flavor(trio: ModuleType) -> ServiceFlavor:
 
 
 def pytrio_limits(service_client: Any, base_model: str, timeout_s: float) -> SequenceLimits:
-    """The training limits pytrio reports for ``base_model`` (``get_server_capabilities()``); no limits when
-    the service client has no such call or does not list the model."""
+    """The training and sampling limits pytrio reports for ``base_model`` (``get_server_capabilities()``); no
+    limits when the service client has no such call or does not list the model."""
     get = getattr(service_client, "get_server_capabilities", None)
     if get is None:
         return SequenceLimits()
@@ -113,6 +113,7 @@ def pytrio_limits(service_client: Any, base_model: str, timeout_s: float) -> Seq
             return SequenceLimits(
                 max_seq_len=model.training.max_seq_len,
                 max_tokens_per_request=model.training.max_tokens_per_request,
+                sample_max_seq_len=model.sampling.max_seq_len,
             )
     return SequenceLimits()
 

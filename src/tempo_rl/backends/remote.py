@@ -85,27 +85,30 @@ class SequenceLimits:
 
     Attributes:
         max_seq_len: most tokens in one training sample (``len(model_input)``).
-        max_tokens_per_request: most input tokens in one request; one sample must fit too.
+        max_tokens_per_request: most input tokens in one training request; one sample must fit too.
+        sample_max_seq_len: most tokens of one sampled sequence, prompt plus ``max_tokens``.
     """
 
     max_seq_len: int | None = None
     max_tokens_per_request: int | None = None
+    sample_max_seq_len: int | None = None
 
     def bound(self) -> int | None:
-        """The tightest per-sample limit, or None."""
+        """The tightest per-sample training limit, or None."""
         values = [v for v in (self.max_seq_len, self.max_tokens_per_request) if v is not None]
         return min(values) if values else None
 
     def check(self, n_tokens: int, what: str, service: str) -> None:
-        """Raise ``ValueError`` when one sample of ``n_tokens`` input tokens exceeds this per-sample limit
+        """Raise ``ValueError`` when a sequence of ``n_tokens`` tokens exceeds the training or the sampling limit
         (``what`` names the setting that produced it, ``service`` the service)."""
-        bound = self.bound()
-        if bound is not None and n_tokens > bound:
-            raise ValueError(
-                f"{what}: {n_tokens} tokens exceed {service}'s per-sample limit of {bound} tokens "
-                f"(max_seq_len={self.max_seq_len}, max_tokens_per_request={self.max_tokens_per_request}); "
-                f"lower it to at most {bound}"
-            )
+        for bound, kind in ((self.bound(), "training"), (self.sample_max_seq_len, "sampling")):
+            if bound is not None and n_tokens > bound:
+                raise ValueError(
+                    f"{what}: {n_tokens} tokens exceed {service}'s per-sample {kind} limit of {bound} tokens "
+                    f"(training max_seq_len={self.max_seq_len}, max_tokens_per_request="
+                    f"{self.max_tokens_per_request}; sampling max_seq_len={self.sample_max_seq_len}); lower it to "
+                    f"at most {bound}"
+                )
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,22 @@ class _RemoteClient:
 
 
 class RemoteSamplingClient(_RemoteClient):
-    """:class:`~tempo_rl.backends.types.SamplingClient` over a service sampling client (one try per call)."""
+    """:class:`~tempo_rl.backends.types.SamplingClient` over a service sampling client (one try per call).
+
+    ``limits.sample_max_seq_len`` (when the service reports it) bounds ``len(prompt) + max_tokens`` of every
+    ``sample``; a longer request fails here, with the numbers, instead of on the service.
+    """
+
+    def __init__(
+        self,
+        raw: Any,
+        flavor: ServiceFlavor,
+        tokenizer: Tokenizer,
+        retry: RetryConfig,
+        limits: SequenceLimits | None = None,
+    ) -> None:
+        super().__init__(raw, flavor, tokenizer, retry)
+        self.limits = limits or SequenceLimits()
 
     def _prompt(self, tokens: Sequence[int], what: str) -> Any:
         ids = [int(t) for t in tokens]
@@ -288,11 +306,18 @@ class RemoteSamplingClient(_RemoteClient):
             )
         return self.flavor.types.ModelInput.from_ints(ids)
 
-    def _check(self, num_samples: int, params: SamplingParams) -> None:
+    def _check(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> None:
         if num_samples < 1:
             raise ValueError(f"sample: num_samples must be >= 1, got {num_samples}")
         if params.max_tokens < 1:
             raise ValueError(f"sample: SamplingParams.max_tokens must be >= 1, got {params.max_tokens}")
+        bound = self.limits.sample_max_seq_len
+        if bound is not None and len(prompt) + params.max_tokens > bound:
+            raise ValueError(
+                f"sample: a {len(prompt)}-token prompt plus max_tokens={params.max_tokens} exceeds "
+                f"{self.flavor.name}'s sampling limit of {bound} tokens; lower sampling.max_trajectory_tokens "
+                "(actor) or sampling.critic_max_prompt_tokens (critic)"
+            )
 
     def _result(self, resp: Any) -> SampleResult:
         seqs = []
@@ -313,7 +338,7 @@ class RemoteSamplingClient(_RemoteClient):
 
     def sample(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> SampleResult:
         """``num_samples`` completions (the wait bounded by ``result_timeout_s``)."""
-        self._check(num_samples, params)
+        self._check(prompt, num_samples, params)
         mi = self._prompt(prompt, "sample")
         sp = to_service_sampling_params(params, self.flavor.types)
         resp = _call(
@@ -330,7 +355,7 @@ class RemoteSamplingClient(_RemoteClient):
     ) -> SampleResult:
         """Async :meth:`sample` (Tinker: ``await sample(...)``; PyTRIO: ``sample_async``), bounded by
         ``asyncio.wait_for``."""
-        self._check(num_samples, params)
+        self._check(prompt, num_samples, params)
         mi = self._prompt(prompt, "sample_async")
         sp = to_service_sampling_params(params, self.flavor.types)
         fn = self.raw.sample if self.flavor.async_via_future else self.raw.sample_async
@@ -497,7 +522,7 @@ class RemoteTrainingClient(_RemoteClient):
             self.retry.result_timeout_s,
             self._what("save_weights_and_get_sampling_client"),
         )
-        return RemoteSamplingClient(raw_sampler, self.flavor, self.tokenizer, self.retry)
+        return RemoteSamplingClient(raw_sampler, self.flavor, self.tokenizer, self.retry, self.limits)
 
 
 def open_training_client(
