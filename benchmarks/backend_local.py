@@ -355,7 +355,7 @@ def main() -> None:
     torch.manual_seed(0)
     tok = build_tokenizer(corpus(), vocab_size=1024)
     cfg = LocalBackendConfig(state_dir=tempfile.mkdtemp(prefix="tempo-bench-"))
-    training, _ = create_clients(cfg, tokenizer=tok)
+    training = create_clients(cfg, tokenizer=tok)[0].inner  # the local client itself, not the retry layer
     q = args.quick
     out: dict[str, Any] = {"benchmark": "backend_local", "quick": q, "device": training.device}
     out.update(bench_sampling(training, tok, branches=8, max_tokens=16 if q else 64))

@@ -330,7 +330,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--games-per-step must be >= 1, got {args.games_per_step}")
     import torch
 
-    from tempo_rl.backends import parse_backend_config
     from tempo_rl.backends.local.tokenizer import build_tokenizer
     from tempo_rl.training.config import load_config
     from tempo_rl.training.run import env_corpus
@@ -345,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if v
     ]
     cfg = load_config(DEFAULT_CONFIG, overrides)
-    backend = parse_backend_config(dict(cfg.backend))
+    backend = cfg.backend
     if args.tokenizer is not None:
         from tempo_rl.backends.local.tokenizer import load_tokenizer
 

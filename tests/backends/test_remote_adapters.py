@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tempo_rl.backends import (
     PyTrioBackendConfig,
@@ -72,7 +74,8 @@ def test_import_restores_excepthook_and_disables_telemetry(monkeypatch: pytest.M
 
 def test_calls_use_real_types_and_are_recorded(pytrio_stub: tuple[Any, Any, Any]) -> None:
     service, training, sampling = pytrio_stub
-    assert service.calls[0] == (
+    assert service.calls[0] == ("get_server_capabilities", {})
+    assert service.calls[1] == (
         "create_lora_training_client",
         {"base_model": "stub/tiny", "rank": 8, "seed": 3},
     )
@@ -81,8 +84,12 @@ def test_calls_use_real_types_and_are_recorded(pytrio_stub: tuple[Any, Any, Any]
     seq = sampling.sample(prompt, 2, SamplingParams(max_tokens=3, seed=0)).sequences[0]
     training.forward_backward([completion_datum(prompt, list(seq.tokens), list(seq.logprobs), 1.0)], "ppo")
     methods = service.methods_called()
-    assert methods[-2:] == ["sample", "forward_backward"]
-    assert service.calls[-1][1] == {"n": 1, "loss_fn": "ppo"}
+    assert methods[-3:] == [
+        "sample",
+        "forward_backward",
+        "fetch_tokenizer",
+    ]  # no tokenizer_path: pytrio fetches
+    assert service.calls[-2][1] == {"n": 1, "loss_fn": "ppo"}
 
 
 def test_transient_errors_are_retried(pytrio_stub: tuple[Any, Any, Any]) -> None:
@@ -167,7 +174,6 @@ def test_tinker_adapter_differences(local_training: Any) -> None:
     seq = sampling.sample(prompt, 1, SamplingParams(max_tokens=4, seed=0)).sequences[0]
     assert seq.text == tok.decode(list(seq.tokens), skip_special_tokens=False)  # tinker returns no text
     path = training.save_state("t-1")
-    assert path == "tinker://stub-run/weights/t-1"
     training.load_state(path)
     names = service.methods_called()
     assert names[:3] == [
@@ -175,6 +181,7 @@ def test_tinker_adapter_differences(local_training: Any) -> None:
         "get_tokenizer",
         "save_weights_and_get_sampling_client",
     ]
+    assert path.startswith("tinker://stub-run-") and "/state/t-1-" in path
 
 
 def test_retry_policy_units() -> None:
@@ -206,7 +213,7 @@ def test_stub_flag_runs_a_remote_config_offline(kind: str, tokenizer: Any, tmp_p
     training, sampling = create_clients(
         {"kind": kind, "stub": True, "stub_local": local}, tokenizer=tokenizer
     )
-    assert type(training).__name__ == "RemoteTrainingClient" and training.flavor.name == kind
+    assert type(training.inner).__name__ == "RemoteTrainingClient" and training.flavor.name == kind
     prompt = tokenizer.encode("go to desk 1", add_special_tokens=False)
     seq = sampling.sample(prompt, 1, SamplingParams(max_tokens=3, seed=0)).sequences[0]
     out = training.forward_backward(
@@ -228,9 +235,40 @@ def test_loss_falls_back_to_elementwise_outputs(tokenizer: Any) -> None:
             ]
             return T.ForwardBackwardOutput(loss_fn_outputs=outs, metrics={})
 
-    flavor = ServiceFlavor("pytrio", T, {}, {}, False)
+    flavor = ServiceFlavor("pytrio", T, {}, {}, "loss_sum", False)
     client = RemoteTrainingClient(Raw(), flavor, tokenizer, FAST)
     out = client.forward_backward(
         [completion_datum([1, 2], [3, 4], [-1.0, -1.0], 1.0)], "importance_sampling"
     )
     assert out.loss == pytest.approx(1.5) and out.metrics["tokens"] == 3.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    names=st.lists(
+        st.from_regex(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,250}[A-Za-z0-9_-])?", fullmatch=True),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_service_names_are_valid_unique_and_keep_the_name(tokenizer: Any, names: list[str]) -> None:
+    """Every name a remote save sends matches the services' rule, fits their 200 characters, starts with the
+    requested name (as much of it as fits) and is never sent twice, whatever the requested names."""
+    from tempo_rl.backends.remote import _MAX_NAME, _NAME_RE, RemoteTrainingClient, ServiceFlavor
+
+    sent: list[str] = []
+
+    class Raw:
+        def save_state(self, name: str) -> Any:
+            sent.append(name)
+            return type("R", (), {"path": f"trio://run/{name}"})()
+
+    client = RemoteTrainingClient(
+        Raw(), ServiceFlavor("pytrio", pytrio.types, {}, {}, "loss_sum", False), tokenizer, FAST
+    )
+    for name in names + names:
+        client.save_state(name)
+    assert len(set(sent)) == len(sent) == 2 * len(names)
+    for want, got in zip(names + names, sent, strict=True):
+        assert _NAME_RE.match(got) and len(got) <= _MAX_NAME
+        assert got.startswith(want[: _MAX_NAME - 13])

@@ -24,7 +24,7 @@ def test_example_configs_validate(path: Path) -> None:
 def test_builtin_main_job_is_the_example_file() -> None:
     assert DEFAULT_CONFIG.read_text() == (CONFIGS / "keydoor_local.toml").read_text()
     cfg = load_config(DEFAULT_CONFIG)
-    assert cfg.backend["kind"] == "local" and cfg.env.name == "keydoor"
+    assert cfg.backend.kind == "local" and cfg.env.name == "keydoor"
     assert cfg.tempo.warmup_updates > 0 and cfg.tempo.td_updates > 0 and cfg.warmstart.enabled
 
 

@@ -2,20 +2,22 @@
 
 Importing this package needs only numpy and pydantic; torch, pytrio and tinker are imported by the backend
 that needs them (:mod:`tempo_rl.backends.local`, :mod:`tempo_rl.backends.pytrio`,
-:mod:`tempo_rl.backends.tinker`). Start with :func:`create_clients`.
+:mod:`tempo_rl.backends.tinker`). Start with :func:`create_clients` (:mod:`tempo_rl.backends.factory`); the
+config classes (:mod:`tempo_rl.backends.config`) are plain data.
 """
 
 from __future__ import annotations
 
 from tempo_rl.backends.config import (
+    AnyBackendConfig,
     BackendConfig,
     LocalBackendConfig,
     PyTrioBackendConfig,
     RetryConfig,
     TinkerBackendConfig,
-    create_clients,
     parse_backend_config,
 )
+from tempo_rl.backends.factory import create_clients
 from tempo_rl.backends.types import (
     AdamParams,
     Datum,
@@ -32,6 +34,7 @@ from tempo_rl.backends.validation import DatumError, validate_datum, validate_da
 
 __all__ = [
     "AdamParams",
+    "AnyBackendConfig",
     "BackendConfig",
     "Datum",
     "DatumError",

@@ -1,34 +1,30 @@
-"""Backend configuration (pydantic) and the one factory the trainer calls: :func:`create_clients`.
+"""Backend configuration (pydantic data model only; the clients are built by :mod:`tempo_rl.backends.factory`).
 
 ``BackendConfig`` is a discriminated union on ``kind`` (``"local"`` | ``"pytrio"`` | ``"tinker"``), so a TOML
 table such as ``[backend] kind = "pytrio" base_model = "..." lora_rank = 32`` validates into the right class.
+This module is a leaf: it imports nothing else from tempo-rl, so every other backend module may import it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Iterable
-
-    from tempo_rl.backends.types import SamplingClient, Tokenizer, TrainingClient
-
 __all__ = [
+    "AnyBackendConfig",
     "BackendConfig",
     "LocalBackendConfig",
     "PyTrioBackendConfig",
     "RetryConfig",
     "TinkerBackendConfig",
-    "create_clients",
     "parse_backend_config",
 ]
 
 
 class RetryConfig(BaseModel):
-    """Timeouts and retries for remote services (seconds)."""
+    """Timeouts and retries of every backend's calls (seconds), applied by :mod:`tempo_rl.backends.factory`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -82,6 +78,7 @@ class LocalBackendConfig(BaseModel):
         description="KV prefix cache budget per sampling client, bytes (reuses the KV of prompt prefixes "
         "across turns, branches and critic samples); None: 1/8 of the device's memory; 0: off",
     )
+    retry: RetryConfig = Field(default_factory=RetryConfig)
 
 
 class PyTrioBackendConfig(BaseModel):
@@ -100,7 +97,9 @@ class PyTrioBackendConfig(BaseModel):
         default=None, description="service URL (else PYTRIO_BASE_URL / trio login config)"
     )
     tokenizer_path: str | None = Field(
-        default=None, description="local tokenizer dir (avoids the modelscope download)"
+        default=None,
+        description="local tokenizer dir of base_model: tempo-rl tokenizes with it, and pytrio's "
+        "forward_backward takes its vocabulary size from it instead of downloading the tokenizer",
     )
     telemetry: bool = False
     retry: RetryConfig = Field(default_factory=RetryConfig)
@@ -131,107 +130,19 @@ class TinkerBackendConfig(BaseModel):
     stub_local: LocalBackendConfig | None = None
 
 
-BackendConfig = Annotated[
-    LocalBackendConfig | PyTrioBackendConfig | TinkerBackendConfig, Field(discriminator="kind")
-]
+#: any one backend config (the plain union, for annotations)
+AnyBackendConfig = LocalBackendConfig | PyTrioBackendConfig | TinkerBackendConfig
+#: the union tagged by ``kind`` (for pydantic fields such as ``TrainConfig.backend``)
+BackendConfig = Annotated[AnyBackendConfig, Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(BackendConfig)
 
 
-def parse_backend_config(
-    data: dict[str, Any],
-) -> LocalBackendConfig | PyTrioBackendConfig | TinkerBackendConfig:
-    """Validate a mapping (e.g. a TOML table) into the config class named by its ``kind``."""
-    result: LocalBackendConfig | PyTrioBackendConfig | TinkerBackendConfig = _ADAPTER.validate_python(data)
+def parse_backend_config(data: Mapping[str, Any] | AnyBackendConfig) -> AnyBackendConfig:
+    """Validate a mapping (e.g. a TOML table; ``kind`` defaults to ``"local"``) into the config class named by
+    its ``kind``; a config object is returned as it is."""
+    if isinstance(data, (LocalBackendConfig, PyTrioBackendConfig, TinkerBackendConfig)):
+        return data
+    mapping = dict(data)
+    mapping.setdefault("kind", "local")
+    result: AnyBackendConfig = _ADAPTER.validate_python(mapping)
     return result
-
-
-def _local_tokenizer(cfg: LocalBackendConfig, corpus: Iterable[str] | None) -> Any:
-    from tempo_rl.backends.local.tokenizer import build_tokenizer, load_tokenizer
-
-    if cfg.tokenizer_path is not None:
-        return load_tokenizer(cfg.tokenizer_path)
-    if cfg.model_path is not None and (Path(cfg.model_path) / "tokenizer.json").is_file():
-        return load_tokenizer(cfg.model_path)
-    return build_tokenizer(corpus or (), vocab_size=cfg.vocab_size)
-
-
-def create_local_clients(
-    cfg: LocalBackendConfig, *, tokenizer: Tokenizer | None = None, corpus: Iterable[str] | None = None
-) -> tuple[TrainingClient, SamplingClient]:
-    """Build the local training client and a sampling client on its initial weights."""
-    from tempo_rl._optional import require
-    from tempo_rl.backends.local.client import LocalTrainingClient
-    from tempo_rl.backends.local.model import apply_lora, build_tiny_model, load_model, resolve_device
-
-    torch = require("torch", "local")
-    tok = tokenizer if tokenizer is not None else _local_tokenizer(cfg, corpus)
-    if cfg.model_path is not None:
-        model = load_model(cfg.model_path, dtype=cfg.dtype)
-    else:
-        model = build_tiny_model(
-            len(tok),
-            hidden_size=cfg.hidden_size,
-            num_layers=cfg.num_layers,
-            num_heads=cfg.num_heads,
-            intermediate_size=cfg.intermediate_size,
-            max_positions=cfg.max_positions,
-            seed=cfg.seed,
-        )
-        if cfg.dtype != "float32":
-            model = model.to(getattr(torch, cfg.dtype))
-    if cfg.lora_rank > 0:
-        model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha)
-    training = LocalTrainingClient(
-        model,
-        tok,
-        device=resolve_device(cfg.device),
-        seed=cfg.seed,
-        state_dir=cfg.state_dir,
-        max_tokens_per_chunk=cfg.max_tokens_per_chunk,
-        max_batch_rows=cfg.max_batch_rows,
-        num_threads=cfg.num_threads,
-        prefix_cache_bytes=cfg.prefix_cache_bytes,
-    )
-    return training, training.save_weights_and_get_sampling_client()
-
-
-def create_clients(
-    config: LocalBackendConfig | PyTrioBackendConfig | TinkerBackendConfig | dict[str, Any],
-    *,
-    tokenizer: Tokenizer | None = None,
-    corpus: Iterable[str] | None = None,
-    service_client: Any = None,
-) -> tuple[TrainingClient, SamplingClient]:
-    """The training client and a sampling client on its current weights, for any backend.
-
-    Args:
-        config: a backend config (or a mapping validated with :func:`parse_backend_config`).
-        tokenizer: local backend (and stubbed remote backends): use this tokenizer instead of loading or
-            building one.
-        corpus: local backend (and stubbed remote backends): texts to train the offline tokenizer on when
-            none is saved.
-        service_client: PyTRIO/Tinker only: an already constructed ``ServiceClient`` (or a stub from
-            :mod:`tempo_rl.backends.testing`); by default one is created from credentials.
-    """
-    cfg = parse_backend_config(config) if isinstance(config, dict) else config
-    if isinstance(cfg, LocalBackendConfig):
-        return create_local_clients(cfg, tokenizer=tokenizer, corpus=corpus)
-    if isinstance(cfg, (PyTrioBackendConfig, TinkerBackendConfig)) and cfg.stub and service_client is None:
-        from tempo_rl.backends import testing
-
-        local, _ = create_local_clients(
-            cfg.stub_local or LocalBackendConfig(), tokenizer=tokenizer, corpus=corpus
-        )
-        stub_cls = testing.RecordingPyTrioService if cfg.kind == "pytrio" else testing.RecordingTinkerService
-        service_client = stub_cls(local)
-    if isinstance(cfg, PyTrioBackendConfig):
-        from tempo_rl.backends.pytrio import create_pytrio_clients
-
-        return create_pytrio_clients(cfg, service_client=service_client)
-    if isinstance(cfg, TinkerBackendConfig):
-        from tempo_rl.backends.tinker import create_tinker_clients
-
-        return create_tinker_clients(cfg, service_client=service_client)
-    raise TypeError(
-        f"unknown backend config {type(cfg).__name__}; use LocalBackendConfig, PyTrio... or Tinker..."
-    )

@@ -1,19 +1,43 @@
-"""Adapters from a PyTRIO/Tinker-style service client to tempo-rl's protocols (shared by both services).
+"""Adapters from a PyTRIO/Tinker service client to tempo-rl's protocols (shared by both services).
 
 The two SDKs share one API shape (PyTRIO re-implements Tinker's); :class:`ServiceFlavor` captures what differs
-(the types module, whether sequences carry text, how snapshots are named). The adapters:
+(the types module, the loss metric's name, how async calls are made). The adapters:
 
 * convert our :class:`~tempo_rl.backends.types.Datum` / :class:`SamplingParams` / :class:`AdamParams` to the
   service's pydantic types and the responses back;
-* validate every datum (token ids < ``len(tokenizer)``, lengths, loss inputs) before anything is sent;
-* bound every wait with a timeout and retry transient failures (:mod:`tempo_rl.backends.retry`).
+* validate every datum (token ids < ``len(tokenizer)``, lengths within the service's per-sample limit, loss
+  inputs) before anything is sent;
+* bound every wait with ``retry.result_timeout_s`` (a late answer raises
+  :class:`~tempo_rl.backends.retry.BackendTimeoutError`). They make each call **once**: retries are applied to
+  every backend alike by :mod:`tempo_rl.backends.factory` (:class:`~tempo_rl.backends.retry.RetryingTrainingClient`).
+
+Rules of the services that shape the adapter (read from the SDKs, pytrio 0.2.9 and tinker 0.38.0):
+
+* **State loads.** PyTRIO's ``TrainingClient.load_state*`` is accepted only before the first training call
+  (any ``forward_backward`` / ``optim_step`` / save starts the remote trainer; later it raises
+  ``ValidationError`` ``validation.already_initialized``), and Tinker deprecates ``load_state*``. Both restore
+  weights only unless ``*_with_optimizer`` is used. So :meth:`RemoteTrainingClient.load_state` replaces the
+  service training client by ``service.create_training_client_from_state_with_optimizer(path)``: weights **and**
+  Adam moments, at any time, on both services (each load starts a new training run on the service).
+* **Checkpoint names.** Both SDKs save with ``overwrite=False``: a name used twice is rejected. Every
+  :meth:`RemoteTrainingClient.save_state` call therefore sends ``{name}-{tag}{n:04d}`` (``tag``: 8 random hex
+  digits per adapter, ``n``: a per-adapter counter), unique across resumes and across the retries of a save
+  whose first attempt timed out; the returned path is what a checkpoint records.
+* **Loss metric.** PyTRIO's ``forward_backward`` reports ``loss_sum`` / ``loss_mean`` / ``token_count``, Tinker's
+  ``loss:sum``.
+* **Tokenizer.** PyTRIO's ``forward_backward`` checks token ids against ``len(get_tokenizer(model_id))``,
+  which loads (or downloads) the tokenizer by model id. With ``tokenizer_path`` set, the adapter hands the SDK
+  that tokenizer's size instead (see :func:`seed_pytrio_vocab_size`), so nothing is fetched.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -21,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from tempo_rl.backends.config import RetryConfig
-from tempo_rl.backends.retry import BackendTimeoutError, call_with_retry, call_with_retry_async
+from tempo_rl.backends.retry import BackendTimeoutError
 from tempo_rl.backends.types import (
     AdamParams,
     Datum,
@@ -32,20 +56,59 @@ from tempo_rl.backends.types import (
     SamplingParams,
     Tokenizer,
 )
-from tempo_rl.backends.validation import validate_datums, validate_loss_fn
+from tempo_rl.backends.validation import DatumError, validate_datums, validate_loss_fn
 
 __all__ = [
     "RemoteSamplingClient",
     "RemoteTrainingClient",
+    "SequenceLimits",
     "ServiceFlavor",
     "create_lora_training_client",
+    "create_training_client_from_state",
     "from_service_datum",
+    "open_training_client",
+    "resolve",
     "run_blocking",
+    "seed_pytrio_vocab_size",
     "to_service_datum",
 ]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?$")
+#: the longest name the services keep as given (pytrio shortens longer ones with a hash)
+_MAX_NAME = 200
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tempo-rl-remote")
+
+
+@dataclass(frozen=True)
+class SequenceLimits:
+    """A service's per-sample token limits (None: not reported).
+
+    Attributes:
+        max_seq_len: most tokens in one training sample (``len(model_input)``).
+        max_tokens_per_request: most input tokens in one training request; one sample must fit too.
+        sample_max_seq_len: most tokens of one sampled sequence, prompt plus ``max_tokens``.
+    """
+
+    max_seq_len: int | None = None
+    max_tokens_per_request: int | None = None
+    sample_max_seq_len: int | None = None
+
+    def bound(self) -> int | None:
+        """The tightest per-sample training limit, or None."""
+        values = [v for v in (self.max_seq_len, self.max_tokens_per_request) if v is not None]
+        return min(values) if values else None
+
+    def check(self, n_tokens: int, what: str, service: str) -> None:
+        """Raise ``ValueError`` when a sequence of ``n_tokens`` tokens exceeds the training or the sampling limit
+        (``what`` names the setting that produced it, ``service`` the service)."""
+        for bound, kind in ((self.bound(), "training"), (self.sample_max_seq_len, "sampling")):
+            if bound is not None and n_tokens > bound:
+                raise ValueError(
+                    f"{what}: {n_tokens} tokens exceed {service}'s per-sample {kind} limit of {bound} tokens "
+                    f"(training max_seq_len={self.max_seq_len}, max_tokens_per_request="
+                    f"{self.max_tokens_per_request}; sampling max_seq_len={self.sample_max_seq_len}); lower it to "
+                    f"at most {bound}"
+                )
 
 
 @dataclass(frozen=True)
@@ -54,18 +117,21 @@ class ServiceFlavor:
 
     Attributes:
         name: ``"pytrio"`` or ``"tinker"`` (for messages).
-        types: the module holding ``Datum``, ``ModelInput``, ``TensorData``, ``SamplingParams``,
-        ``AdamParams``. sample_kwargs: extra keyword arguments of ``sample`` (PyTRIO: ``return_text=True``).
-        forward_backward_kwargs: extra keyword arguments of ``forward_backward`` (PyTRIO:
-        ``auto_shift=False``). snapshot_takes_name: whether ``save_weights_and_get_sampling_client`` accepts
-        ``name`` (Tinker).
+        types: the module holding ``Datum``, ``ModelInput``, ``TensorData``, ``SamplingParams``, ``AdamParams``.
+        sample_kwargs: extra keyword arguments of ``sample`` (PyTRIO: ``return_text=True``).
+        forward_backward_kwargs: extra keyword arguments of ``forward_backward`` (PyTRIO: ``auto_shift=False``).
+        loss_metric: the ``forward_backward`` metric holding the summed loss (PyTRIO ``loss_sum``, Tinker
+            ``loss:sum``).
+        async_via_future: Tinker: ``sample`` / ``compute_logprobs`` return an awaitable future, and their
+            ``*_async`` twins are deprecated; PyTRIO: ``sample_async`` / ``compute_logprobs_async`` are used.
     """
 
     name: str
     types: ModuleType
     sample_kwargs: Mapping[str, Any]
     forward_backward_kwargs: Mapping[str, Any]
-    snapshot_takes_name: bool
+    loss_metric: str
+    async_via_future: bool
 
 
 def run_blocking(fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -77,24 +143,77 @@ def run_blocking(fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
         raise BackendTimeoutError(f"{what} did not return within {timeout_s} s") from exc
 
 
+def resolve(value: Any, timeout_s: float, what: str) -> Any:
+    """``value.result(timeout=timeout_s)`` when ``value`` is future-like, else ``value``; a timeout raises
+    :class:`BackendTimeoutError` naming ``what``."""
+    if hasattr(value, "result") and callable(value.result):
+        try:
+            return value.result(timeout=timeout_s)
+        except (TimeoutError, concurrent.futures.TimeoutError) as exc:
+            raise BackendTimeoutError(f"{what} did not finish within {timeout_s} s") from exc
+    return value
+
+
+def _call(fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """One SDK call in a worker thread, its (future) result awaited; the whole bounded by ``timeout_s``."""
+    return run_blocking(lambda: resolve(fn(), timeout_s, what), timeout_s, what)
+
+
+async def _await(value: Any) -> Any:
+    return await value
+
+
+async def _call_async(make: Callable[[], Awaitable[Any]], timeout_s: float, what: str) -> Any:
+    try:
+        return await asyncio.wait_for(_await(make()), timeout=timeout_s)
+    except TimeoutError as exc:
+        raise BackendTimeoutError(f"{what} did not finish within {timeout_s} s") from exc
+
+
 def create_lora_training_client(service_client: Any, cfg: Any, service: str) -> Any:
     """``service_client.create_lora_training_client(...)`` with the LoRA settings of a remote backend config
-    (``base_model``, ``lora_rank``, ``seed``, ``train_mlp/attn/unembed``), in a worker thread bounded by
-    ``cfg.retry.result_timeout_s`` and retried per ``cfg.retry``; ``service`` names it in errors."""
-    retry: RetryConfig = cfg.retry
-
-    def make() -> Any:
-        return service_client.create_lora_training_client(
+    (``base_model``, ``lora_rank``, ``seed``, ``train_mlp/attn/unembed``), bounded by
+    ``cfg.retry.result_timeout_s``; ``service`` names it in errors. Tinker's returned future is resolved."""
+    what = f"{service} create_lora_training_client"
+    return _call(
+        lambda: service_client.create_lora_training_client(
             base_model=cfg.base_model,
             rank=cfg.lora_rank,
             seed=cfg.seed,
             train_mlp=cfg.train_mlp,
             train_attn=cfg.train_attn,
             train_unembed=cfg.train_unembed,
-        )
+        ),
+        cfg.retry.result_timeout_s,
+        what,
+    )
 
-    what = f"{service} create_lora_training_client"
-    return call_with_retry(lambda: run_blocking(make, retry.result_timeout_s, what), retry, what=what)
+
+def create_training_client_from_state(service_client: Any, path: str, timeout_s: float, service: str) -> Any:
+    """A new service training client holding the weights **and optimizer state** saved at ``path``
+    (``create_training_client_from_state_with_optimizer``, the same call on both SDKs)."""
+    what = f"{service} create_training_client_from_state_with_optimizer"
+    return _call(
+        lambda: service_client.create_training_client_from_state_with_optimizer(path), timeout_s, what
+    )
+
+
+def seed_pytrio_vocab_size(raw: Any, tokenizer: Tokenizer) -> None:
+    """Give a pytrio ``TrainingClient`` its tokenizer's vocabulary size so that ``forward_backward`` does not
+    load the tokenizer by model id (pytrio 0.2.9 caches ``len(get_tokenizer(model_id))`` in the
+    ``functools.cached_property`` ``_tokenizer_vocab_size``; the tests pin that attribute).
+
+    Raises:
+        RuntimeError: the installed pytrio has no such cached property (the tokenizer would be fetched).
+    """
+    attr = getattr(type(raw), "_tokenizer_vocab_size", None)
+    if not isinstance(attr, functools.cached_property):
+        raise RuntimeError(
+            f"pytrio {type(raw).__module__}.{type(raw).__name__} has no cached _tokenizer_vocab_size; this "
+            "tempo-rl cannot stop it from loading the tokenizer by model id. Install pytrio 0.2.x or unset "
+            "backend.tokenizer_path"
+        )
+    raw.__dict__["_tokenizer_vocab_size"] = len(tokenizer)
 
 
 def to_service_datum(datum: Datum, types: ModuleType) -> Any:
@@ -140,8 +259,8 @@ def to_service_adam(params: AdamParams, types: ModuleType) -> Any:
     )
 
 
-class RemoteSamplingClient:
-    """:class:`~tempo_rl.backends.types.SamplingClient` over a service sampling client."""
+class _RemoteClient:
+    """What both adapters hold: the SDK client, the flavor, the tokenizer and the timeout policy."""
 
     def __init__(self, raw: Any, flavor: ServiceFlavor, tokenizer: Tokenizer, retry: RetryConfig) -> None:
         self.raw = raw
@@ -149,6 +268,32 @@ class RemoteSamplingClient:
         self.tokenizer = tokenizer
         self.retry = retry
         self.vocab_size = len(tokenizer)
+
+    def _what(self, method: str) -> str:
+        return f"{self.flavor.name} {method}"
+
+    def get_tokenizer(self) -> Tokenizer:
+        """The model's tokenizer."""
+        return self.tokenizer
+
+
+class RemoteSamplingClient(_RemoteClient):
+    """:class:`~tempo_rl.backends.types.SamplingClient` over a service sampling client (one try per call).
+
+    ``limits.sample_max_seq_len`` (when the service reports it) bounds ``len(prompt) + max_tokens`` of every
+    ``sample``; a longer request fails here, with the numbers, instead of on the service.
+    """
+
+    def __init__(
+        self,
+        raw: Any,
+        flavor: ServiceFlavor,
+        tokenizer: Tokenizer,
+        retry: RetryConfig,
+        limits: SequenceLimits | None = None,
+    ) -> None:
+        super().__init__(raw, flavor, tokenizer, retry)
+        self.limits = limits or SequenceLimits()
 
     def _prompt(self, tokens: Sequence[int], what: str) -> Any:
         ids = [int(t) for t in tokens]
@@ -161,11 +306,18 @@ class RemoteSamplingClient:
             )
         return self.flavor.types.ModelInput.from_ints(ids)
 
-    def _check(self, num_samples: int, params: SamplingParams) -> None:
+    def _check(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> None:
         if num_samples < 1:
             raise ValueError(f"sample: num_samples must be >= 1, got {num_samples}")
         if params.max_tokens < 1:
             raise ValueError(f"sample: SamplingParams.max_tokens must be >= 1, got {params.max_tokens}")
+        bound = self.limits.sample_max_seq_len
+        if bound is not None and len(prompt) + params.max_tokens > bound:
+            raise ValueError(
+                f"sample: a {len(prompt)}-token prompt plus max_tokens={params.max_tokens} exceeds "
+                f"{self.flavor.name}'s sampling limit of {bound} tokens; lower sampling.max_trajectory_tokens "
+                "(actor) or sampling.critic_max_prompt_tokens (critic)"
+            )
 
     def _result(self, resp: Any) -> SampleResult:
         seqs = []
@@ -185,89 +337,121 @@ class RemoteSamplingClient:
         return SampleResult(sequences=tuple(seqs))
 
     def sample(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> SampleResult:
-        """``num_samples`` completions (retried on transient failures; every wait bounded)."""
-        self._check(num_samples, params)
+        """``num_samples`` completions (the wait bounded by ``result_timeout_s``)."""
+        self._check(prompt, num_samples, params)
         mi = self._prompt(prompt, "sample")
         sp = to_service_sampling_params(params, self.flavor.types)
-        resp = call_with_retry(
+        resp = _call(
             lambda: self.raw.sample(
                 prompt=mi, num_samples=num_samples, sampling_params=sp, **self.flavor.sample_kwargs
             ),
-            self.retry,
-            what=f"{self.flavor.name} sample",
+            self.retry.result_timeout_s,
+            self._what("sample"),
         )
         return self._result(resp)
 
     async def sample_async(
         self, prompt: Sequence[int], num_samples: int, params: SamplingParams
     ) -> SampleResult:
-        """Async :meth:`sample` (the service's ``sample_async``, bounded by ``asyncio.wait_for``)."""
-        self._check(num_samples, params)
+        """Async :meth:`sample` (Tinker: ``await sample(...)``; PyTRIO: ``sample_async``), bounded by
+        ``asyncio.wait_for``."""
+        self._check(prompt, num_samples, params)
         mi = self._prompt(prompt, "sample_async")
         sp = to_service_sampling_params(params, self.flavor.types)
-        resp = await call_with_retry_async(
-            lambda: self.raw.sample_async(
-                prompt=mi, num_samples=num_samples, sampling_params=sp, **self.flavor.sample_kwargs
-            ),
-            self.retry,
-            what=f"{self.flavor.name} sample_async",
+        fn = self.raw.sample if self.flavor.async_via_future else self.raw.sample_async
+        resp = await _call_async(
+            lambda: fn(prompt=mi, num_samples=num_samples, sampling_params=sp, **self.flavor.sample_kwargs),
+            self.retry.result_timeout_s,
+            self._what("sample_async"),
         )
         return self._result(resp)
 
     def compute_logprobs(self, tokens: Sequence[int]) -> list[float | None]:
         """Per-token logprobs under the sampler's weights (first is None)."""
         mi = self._prompt(tokens, "compute_logprobs")
-        out = call_with_retry(
-            lambda: self.raw.compute_logprobs(mi), self.retry, what=f"{self.flavor.name} compute_logprobs"
+        out = _call(
+            lambda: self.raw.compute_logprobs(mi), self.retry.result_timeout_s, self._what("compute_logprobs")
         )
         return [None if x is None else float(x) for x in out]
 
     async def compute_logprobs_async(self, tokens: Sequence[int]) -> list[float | None]:
         """Async :meth:`compute_logprobs`."""
         mi = self._prompt(tokens, "compute_logprobs_async")
-        out = await call_with_retry_async(
-            lambda: self.raw.compute_logprobs_async(mi),
-            self.retry,
-            what=f"{self.flavor.name} compute_logprobs",
+        fn = self.raw.compute_logprobs if self.flavor.async_via_future else self.raw.compute_logprobs_async
+        out = await _call_async(
+            lambda: fn(mi), self.retry.result_timeout_s, self._what("compute_logprobs_async")
         )
         return [None if x is None else float(x) for x in out]
 
-    def get_tokenizer(self) -> Tokenizer:
-        """The model's tokenizer."""
-        return self.tokenizer
 
+class RemoteTrainingClient(_RemoteClient):
+    """:class:`~tempo_rl.backends.types.TrainingClient` over a service training client (one try per call).
 
-class RemoteTrainingClient:
-    """:class:`~tempo_rl.backends.types.TrainingClient` over a service training client."""
+    Args:
+        raw: the SDK's training client.
+        flavor: what differs between the services.
+        tokenizer: the base model's tokenizer.
+        retry: ``result_timeout_s`` bounds every wait (retries are the factory's).
+        service: the SDK's service client; :meth:`load_state` creates the new training client with it.
+        limits: the service's per-sample token limits, checked before every ``forward_backward``.
+        prepare: ``prepare(raw, tokenizer)`` is called on every SDK training client this adapter takes on (the
+            first and each one :meth:`load_state` creates), e.g. to apply :func:`seed_pytrio_vocab_size`.
+    """
 
-    def __init__(self, raw: Any, flavor: ServiceFlavor, tokenizer: Tokenizer, retry: RetryConfig) -> None:
-        self.raw = raw
-        self.flavor = flavor
-        self.tokenizer = tokenizer
-        self.retry = retry
-        self.vocab_size = len(tokenizer)
+    def __init__(
+        self,
+        raw: Any,
+        flavor: ServiceFlavor,
+        tokenizer: Tokenizer,
+        retry: RetryConfig,
+        *,
+        service: Any = None,
+        limits: SequenceLimits | None = None,
+        prepare: Callable[[Any, Tokenizer], None] | None = None,
+    ) -> None:
+        super().__init__(raw, flavor, tokenizer, retry)
+        self.service = service
+        self.limits = limits or SequenceLimits()
+        self._prepare = prepare
+        self._tag = secrets.token_hex(4)
+        self._saves = 0
+        if prepare is not None:
+            prepare(raw, tokenizer)
 
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_fn_config: Mapping[str, Any] | None = None
     ) -> ForwardBackwardOutput:
-        """Validate, convert and send one batch; ``loss`` is the service's ``loss:sum`` metric (else the sum of
-        its per-token ``elementwise_loss`` outputs, else NaN).
+        """Validate, convert and send one batch.
 
-        Not retried after a timeout (the service may have accumulated the gradient already).
+        ``loss`` is the service's summed loss (``flavor.loss_metric``), else the sum of its per-token
+        ``elementwise_loss`` outputs, else NaN. Never resent after a timeout (the service may have accumulated
+        the gradient already).
         """
         cfg = validate_loss_fn(loss_fn, loss_fn_config)
         validate_datums(datums, self.vocab_size, loss_fn)
+        bound = self.limits.bound()
+        if bound is not None:
+            for i, d in enumerate(datums):
+                if len(d.model_input) > bound:
+                    raise DatumError(
+                        f"datum {i}: {len(d.model_input)} input tokens exceed {self.flavor.name}'s per-sample "
+                        f"limit of {bound}; lower sampling.max_trajectory_tokens (actor) or "
+                        "sampling.critic_max_prompt_tokens + critic_max_tokens (critic)"
+                    )
         data = [to_service_datum(d, self.flavor.types) for d in datums]
-        out = call_with_retry(
+        out = _call(
             lambda: self.raw.forward_backward(
                 data, loss_fn, loss_fn_config=cfg or None, **self.flavor.forward_backward_kwargs
             ),
-            self.retry,
-            what=f"{self.flavor.name} forward_backward",
-            idempotent=False,
+            self.retry.result_timeout_s,
+            self._what("forward_backward"),
         )
-        metrics = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
-        loss = metrics.get("loss:sum", metrics.get("loss", float("nan")))
+        metrics = {
+            k: float(v)
+            for k, v in (getattr(out, "metrics", None) or {}).items()
+            if isinstance(v, (int, float))
+        }
+        loss = metrics.get(self.flavor.loss_metric, float("nan"))
         if loss != loss:  # no loss metric: sum the per-token losses when the service returns them
             parts = [
                 o["elementwise_loss"]
@@ -287,43 +471,89 @@ class RemoteTrainingClient:
         return ForwardBackwardOutput(loss=loss, metrics=metrics)
 
     def optim_step(self, adam_params: AdamParams) -> None:
-        """One Adam step with PyTRIO's parameters (not retried after a timeout)."""
+        """One Adam step (``optim_step(adam_params=...)``, the keyword both SDKs accept)."""
         ap = to_service_adam(adam_params, self.flavor.types)
-        call_with_retry(
+        _call(
             lambda: self.raw.optim_step(adam_params=ap),
-            self.retry,
-            what=f"{self.flavor.name} optim_step",
-            idempotent=False,
+            self.retry.result_timeout_s,
+            self._what("optim_step"),
         )
 
-    def save_state(self, name: str) -> str:
-        """Save weights + optimizer on the service; return its path (e.g. ``trio://...``)."""
+    def service_name(self, name: str) -> str:
+        """The unique name the next :meth:`save_state` sends for ``name`` (``{name}-{tag}{n:04d}``)."""
         if not _NAME_RE.match(name):
             raise ValueError(
                 f"checkpoint name {name!r} is invalid for {self.flavor.name}: "
-                "use letters, digits, '.', '_', '-'"
+                "use letters, digits, '.', '_', '-' (starting with a letter or digit)"
             )
-        resp = call_with_retry(
-            lambda: self.raw.save_state(name), self.retry, what=f"{self.flavor.name} save_state"
+        suffix = f"-{self._tag}{self._saves:04d}"
+        return name[: _MAX_NAME - len(suffix)] + suffix
+
+    def save_state(self, name: str) -> str:
+        """Save weights + optimizer on the service under a unique name derived from ``name``; return its path
+        (e.g. ``trio://...``), which :meth:`load_state` accepts."""
+        unique = self.service_name(name)
+        self._saves += 1
+        resp = _call(
+            lambda: self.raw.save_state(unique), self.retry.result_timeout_s, self._what("save_state")
         )
         return str(resp.path)
 
     def load_state(self, path: str) -> None:
-        """Load weights + optimizer state saved by :meth:`save_state`."""
-        call_with_retry(lambda: self.raw.load_state(path), self.retry, what=f"{self.flavor.name} load_state")
+        """Continue from the weights **and** Adam state saved at ``path``: the service training client is
+        replaced by one created from that state (accepted at any time on both services)."""
+        if self.service is None:
+            raise RuntimeError(
+                f"{self.flavor.name} load_state needs the service client that created this training client; "
+                "build the clients with tempo_rl.backends.create_clients"
+            )
+        raw = create_training_client_from_state(
+            self.service, path, self.retry.result_timeout_s, self.flavor.name
+        )
+        if self._prepare is not None:
+            self._prepare(raw, self.tokenizer)
+        self.raw = raw
 
     def save_weights_and_get_sampling_client(self, name: str | None = None) -> RemoteSamplingClient:
-        """Snapshot the weights on the service and return a sampling client on them."""
-        if self.flavor.snapshot_takes_name:
-            call: Callable[[], Any] = lambda: self.raw.save_weights_and_get_sampling_client(name=name)  # noqa: E731
-        else:
-            call = self.raw.save_weights_and_get_sampling_client
-        what = f"{self.flavor.name} save_weights_and_get_sampling_client"
-        raw_sampler = call_with_retry(
-            lambda: run_blocking(call, self.retry.result_timeout_s, what), self.retry, what=what
+        """Snapshot the weights on the service and return a sampling client on them (``name`` is only a label
+        here: neither SDK takes one any more)."""
+        raw_sampler = _call(
+            self.raw.save_weights_and_get_sampling_client,
+            self.retry.result_timeout_s,
+            self._what("save_weights_and_get_sampling_client"),
         )
-        return RemoteSamplingClient(raw_sampler, self.flavor, self.tokenizer, self.retry)
+        return RemoteSamplingClient(raw_sampler, self.flavor, self.tokenizer, self.retry, self.limits)
 
-    def get_tokenizer(self) -> Tokenizer:
-        """The model's tokenizer."""
-        return self.tokenizer
+
+def open_training_client(
+    service_client: Any,
+    cfg: Any,
+    flavor: ServiceFlavor,
+    *,
+    load_tokenizer: Callable[[Any], Tokenizer],
+    resume_from: str | None = None,
+    limits: SequenceLimits | None = None,
+    prepare: Callable[[Any, Tokenizer], None] | None = None,
+) -> tuple[RemoteTrainingClient, RemoteSamplingClient]:
+    """The adapter over a new service training client, and a sampling client on its weights.
+
+    Args:
+        service_client: the SDK's ``ServiceClient`` (or a stub with its API).
+        cfg: the remote backend config (LoRA settings, ``retry``).
+        flavor: the service's :class:`ServiceFlavor`.
+        load_tokenizer: given the SDK training client, the tokenizer (local dir or the SDK's).
+        resume_from: a path returned by ``save_state``: the training client is created from it with its
+            optimizer state (``create_training_client_from_state_with_optimizer``) instead of fresh LoRA weights.
+        limits: the service's per-sample token limits.
+        prepare: see :class:`RemoteTrainingClient`.
+    """
+    timeout = cfg.retry.result_timeout_s
+    if resume_from is None:
+        raw = create_lora_training_client(service_client, cfg, flavor.name)
+    else:
+        raw = create_training_client_from_state(service_client, resume_from, timeout, flavor.name)
+    tokenizer = load_tokenizer(raw)
+    training = RemoteTrainingClient(
+        raw, flavor, tokenizer, cfg.retry, service=service_client, limits=limits, prepare=prepare
+    )
+    return training, training.save_weights_and_get_sampling_client()

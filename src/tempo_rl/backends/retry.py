@@ -149,9 +149,9 @@ async def call_with_retry_async(
 
 # ---------------------------------------------------------------------------------------------- clients
 #
-# Added for the reliability guarantees (issue 9): wrappers that give ANY training / sampling client the retry
-# policy above, with one extra rule for the optimizer step: it is applied exactly once per call, even when its
-# acknowledgement is lost, whenever the client exposes an optimizer step counter.
+# Wrappers that give ANY training / sampling client the retry policy above (tempo_rl.backends.factory applies
+# them to every backend), with one extra rule for the optimizer step: it is applied exactly once per call, even
+# when its acknowledgement is lost, whenever the client exposes an optimizer step counter.
 
 #: HTTP statuses that mean "the service refused the request before doing any work" (safe to resend).
 _REJECTED_STATUS = frozenset({429, 503})
@@ -371,7 +371,8 @@ class RetryingTrainingClient:
                 self._sleep(delays[attempt])
 
     def save_state(self, name: str) -> Any:
-        """``inner.save_state`` with retries (same name: overwriting is idempotent)."""
+        """``inner.save_state`` with retries (the local backend overwrites its file; the remote adapters send a
+        new unique name on every call, so a retry after a timeout is never refused as a duplicate)."""
         return self._call("save_state", lambda: self.inner.save_state(name), is_transient)
 
     def load_state(self, path: str) -> None:

@@ -1,19 +1,30 @@
 """Recording stubs of the PyTRIO and Tinker service clients, for offline tests and CI examples.
 
 PyTRIO and Tinker have no offline mode (their ``ServiceClient`` authenticates over HTTPS when constructed), so
-tempo-rl is tested against these stubs, which:
+the fast tests run tempo-rl against these stubs. They follow the rules the real SDKs (pytrio 0.2.9, tinker
+0.38.0) enforce, so a stub cannot hide a call the service would refuse:
 
-* expose the SDKs' method names and signatures (``create_lora_training_client``, ``forward_backward(data,
-  loss_fn, loss_fn_config, auto_shift)``, ``optim_step``, ``save_state``, ``sample(prompt, num_samples,
-  sampling_params, ...)``, futures with ``.result(timeout)``, ...);
-* accept only the SDKs' *real* pydantic types (``Datum``, ``ModelInput``, ``TensorData``, ``SamplingParams``,
-  ``AdamParams``) and check every call's shapes and arguments like the service would (dtypes, lengths
+* the SDKs' method names and signatures (pinned against the installed SDKs in
+  ``tests/backends/test_sdk_pins.py``), futures with ``.result(timeout)`` that can also be awaited;
+* only the SDKs' *real* pydantic types (``Datum``, ``ModelInput``, ``TensorData``, ``SamplingParams``,
+  ``AdamParams``), every call's shapes and arguments checked like the service would (dtypes, lengths
   ``== len(model_input)``, the inputs each loss needs, token ids ``< len(tokenizer)``, LoRA rank bounds,
   checkpoint-name rule, ``max_tokens`` set, ``auto_shift=False``), raising :class:`StubCallError` otherwise;
-* record every call in ``service.calls`` as ``(method, summary)``;
-* delegate the maths to a :class:`~tempo_rl.backends.local.LocalTrainingClient`, so a whole training loop
+* **state rules**: a training client's first ``forward_backward`` / ``optim_step`` / save starts its trainer;
+  PyTRIO's ``load_state*`` after that raises pytrio's own ``ValidationError`` (``validation.already_initialized``);
+  ``load_state`` and ``create_training_client_from_state`` restore weights only (Adam restarts), the
+  ``*_with_optimizer`` variants restore both; a checkpoint name is never overwritten (``overwrite=False``);
+* **deprecations**: Tinker's ``sample_async``, ``compute_logprobs_async`` and ``load_state*`` warn
+  (``FutureWarning``) and ``save_weights_and_get_sampling_client(name=...)`` warns (``DeprecationWarning``), as
+  the SDK does;
+* **responses shaped as the real ones**: PyTRIO's ``forward_backward`` metrics are ``loss_sum`` /
+  ``loss_mean`` / ``token_count``, Tinker's ``loss:sum``; PyTRIO reports per-model limits through
+  ``get_server_capabilities()`` and rejects a longer sample; PyTRIO's ``forward_backward`` needs the vocabulary
+  size, which it fetches through ``get_tokenizer`` (recorded as ``fetch_tokenizer``) unless it was given one;
+* every call recorded in ``service.calls`` as ``(method, summary)``;
+* the maths delegated to a :class:`~tempo_rl.backends.local.LocalTrainingClient`, so a whole training loop
   ("ALFWorld on PyTRIO") runs offline with real learning;
-* can inject failures: ``service.fail_next("sample", ConnectionError("reset"))`` makes the next ``sample``
+* injected failures: ``service.fail_next("sample", ConnectionError("reset"))`` makes the next ``sample``
   raise, and ``service.hang_next("forward_backward")`` returns a future that never completes.
 
 Usage::
@@ -24,10 +35,13 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import functools
 import re
+import warnings
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -40,6 +54,10 @@ from tempo_rl.backends.validation import LOSS_INPUTS
 __all__ = ["RecordingPyTrioService", "RecordingTinkerService", "StubCallError"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?$")
+_TINKER_LOAD_STATE_DEPRECATED = (
+    "DEPRECATED: TrainingClient.load_state*() is deprecated (tinker 0.38); create a new training client from "
+    "the checkpoint with ServiceClient.create_training_client_from_state_with_optimizer()"
+)
 
 
 class StubCallError(AssertionError):
@@ -47,7 +65,7 @@ class StubCallError(AssertionError):
 
 
 class _Future:
-    """A completed (or never-completing) future with the SDKs' ``result(timeout)`` API."""
+    """A completed (or never-completing) future with the SDKs' ``result(timeout)`` API; awaitable too."""
 
     def __init__(self, value: Any = None, *, hang: bool = False, error: BaseException | None = None) -> None:
         self._f: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -62,6 +80,18 @@ class _Future:
     def done(self) -> bool:
         return self._f.done()
 
+    def __await__(self) -> Generator[Any, None, Any]:
+        return asyncio.wrap_future(self._f).__await__()
+
+
+class _Run:
+    """One training run on the stub service: whether its trainer started and the names it saved."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.started = False
+        self.names: set[str] = set()
+
 
 class _Core:
     """State shared by one stub service and its clients: the delegate, the call log and injected faults."""
@@ -73,7 +103,13 @@ class _Core:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.faults: defaultdict[str, deque[BaseException | None]] = defaultdict(deque)
         self.paths: dict[str, str] = {}
+        self.runs: list[_Run] = []
         self.vocab_size = len(local.get_tokenizer())
+
+    def new_run(self) -> _Run:
+        run = _Run(len(self.runs))
+        self.runs.append(run)
+        return run
 
     def enter(self, method: str, **summary: Any) -> bool:
         """Record the call; raise an injected error; return True when the call must hang."""
@@ -99,6 +135,14 @@ class _Core:
         if bad:
             raise self.fail(f"{what} token ids {bad[:5]} outside [0, {self.vocab_size})")
         return ids
+
+    def check_sample(
+        self, prompt: Any, num_samples: Any, sampling_params: Any
+    ) -> tuple[list[int], int, SamplingParams]:
+        ids = self.check_model_input(prompt, "prompt")
+        if not isinstance(num_samples, int) or num_samples < 1:
+            raise self.fail(f"num_samples must be a positive int, got {num_samples!r}")
+        return ids, num_samples, self.our_sampling_params(sampling_params)
 
     def check_datums(self, data: Any, loss_fn: Any, loss_fn_config: Any) -> list[Any]:
         if not isinstance(data, list) or not data:
@@ -160,10 +204,35 @@ class _Core:
             grad_clip_norm=ap.grad_clip_norm,
         )
 
-    def check_name(self, name: Any) -> str:
+    def check_lora(self, base_model: Any, rank: Any, low: int, high: int | None) -> None:
+        if not isinstance(base_model, str) or not base_model:
+            raise self.fail("base_model must be a non-empty model id")
+        if not isinstance(rank, int) or rank < low or (high is not None and rank > high):
+            bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+            raise self.fail(f"LoRA rank must be an int {bounds}, got {rank!r}")
+
+    def save(self, run: _Run, name: Any, overwrite: bool, scheme: str) -> str:
+        """Save the delegate's state under ``name`` in ``run``; a used name is refused unless ``overwrite``."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise self.fail(f"checkpoint name {name!r} does not match {_NAME_RE.pattern}")
-        return name
+        if name in run.names and not overwrite:
+            raise self.fail(
+                f"checkpoint {name!r} already exists in training run {run.number} and overwrite=False "
+                "(the service rejects it)"
+            )
+        run.started = True
+        run.names.add(name)
+        uri = f"{scheme}://stub-run-{run.number}/state/{name}"
+        self.paths[uri] = self.local.save_state(f"run{run.number}-{name}")
+        return uri
+
+    def restore(self, path: Any, *, optimizer: bool) -> None:
+        """Load a saved state into the delegate: weights always, Adam state only when ``optimizer``."""
+        if path not in self.paths:
+            raise self.fail(f"unknown checkpoint path {path!r}; pass a path returned by save_state")
+        self.local.load_state(self.paths[path])
+        if not optimizer:
+            self.local._optimizer = None  # weights only: the service restarts Adam
 
 
 class _StubService:
@@ -194,16 +263,6 @@ class _PyTrioSampling:
     def __init__(self, core: _Core, local_sampler: Any) -> None:
         self._core, self._local = core, local_sampler
 
-    def _sample(
-        self, prompt: Any, num_samples: Any, sampling_params: Any, return_text: Any
-    ) -> tuple[list[int], int, SamplingParams]:
-        ids = self._core.check_model_input(prompt, "prompt")
-        if not isinstance(num_samples, int) or num_samples < 1:
-            raise self._core.fail(f"num_samples must be a positive int, got {num_samples!r}")
-        if return_text is not True:
-            raise self._core.fail("tempo-rl must request return_text=True")
-        return ids, num_samples, self._core.our_sampling_params(sampling_params)
-
     def _response(self, res: Any) -> Any:
         t = self._core.types
         return t.SampleResponse(
@@ -215,6 +274,13 @@ class _PyTrioSampling:
             ]
         )
 
+    def _args(
+        self, prompt: Any, num_samples: Any, sampling_params: Any, return_text: Any
+    ) -> tuple[list[int], int, SamplingParams]:
+        if return_text is not True:
+            raise self._core.fail("tempo-rl must request return_text=True")
+        return self._core.check_sample(prompt, num_samples, sampling_params)
+
     def sample(
         self,
         prompt: Any,
@@ -225,7 +291,7 @@ class _PyTrioSampling:
         return_text: bool = True,
     ) -> _Future:
         hang = self._core.enter("sample", num_samples=num_samples)
-        ids, n, sp = self._sample(prompt, num_samples, sampling_params, return_text)
+        ids, n, sp = self._args(prompt, num_samples, sampling_params, return_text)
         if hang:
             return _Future(hang=True)
         return _Future(self._response(self._local.sample(ids, n, sp)))
@@ -240,10 +306,8 @@ class _PyTrioSampling:
         return_text: bool = True,
     ) -> Any:
         hang = self._core.enter("sample_async", num_samples=num_samples)
-        ids, n, sp = self._sample(prompt, num_samples, sampling_params, return_text)
+        ids, n, sp = self._args(prompt, num_samples, sampling_params, return_text)
         if hang:
-            import asyncio
-
             await asyncio.Event().wait()
         return self._response(await self._local.sample_async(ids, n, sp))
 
@@ -263,27 +327,69 @@ class _PyTrioSampling:
 
 
 class _PyTrioTraining:
-    def __init__(self, core: _Core) -> None:
+    """pytrio.TrainingClient's API and state rules over the delegate."""
+
+    def __init__(self, core: _Core, model_id: str, limits: Any) -> None:
         self._core = core
+        self._run = core.new_run()
+        self.model_id = model_id
+        self._limits = limits
+
+    @functools.cached_property
+    def _tokenizer_vocab_size(self) -> int:
+        """As pytrio: ``len(get_tokenizer(model_id))``, fetched on first use (recorded as ``fetch_tokenizer``)."""
+        self._core.enter("fetch_tokenizer", model_id=self.model_id)
+        return len(self._core.local.get_tokenizer())
+
+    def _start(self) -> None:
+        self._run.started = True
 
     def forward_backward(
         self, data: Any, loss_fn: str = "cross_entropy", loss_fn_config: Any = None, auto_shift: bool = False
     ) -> _Future:
+        from pytrio.errors.base import ValidationError
+
         hang = self._core.enter(
             "forward_backward", n=len(data) if isinstance(data, list) else -1, loss_fn=loss_fn
         )
         if auto_shift is not False:
             raise self._core.fail("tempo-rl shifts tokens itself: auto_shift must be False")
+        vocab = self._tokenizer_vocab_size
         ours = self._core.check_datums(data, loss_fn, loss_fn_config)
+        max_len = self._limits.max_seq_len if self._limits is not None else None
+        for i, d in enumerate(ours):
+            if max_len is not None and len(d.model_input) > max_len:
+                raise ValidationError(
+                    "training sample exceeds max_seq_len",
+                    code="validation.training_sample_too_long",
+                    details={"sample_index": i, "seq_len": len(d.model_input), "max_seq_len": max_len},
+                )
+            if max(d.model_input) >= vocab:
+                raise ValidationError(
+                    "training input token ID is outside the tokenizer vocabulary",
+                    code="validation.token_id_out_of_range",
+                )
+        self._start()
         if hang:
             return _Future(hang=True)
         out = self._core.local.forward_backward(ours, loss_fn, loss_fn_config)
+        count = int(out.metrics.get("active_tokens", sum(len(d.model_input) for d in ours)))
         t = self._core.types
-        return _Future(t.ForwardBackwardOutput(loss_fn_outputs=[], metrics={"loss:sum": out.loss}))
+        return _Future(
+            t.ForwardBackwardOutput(
+                loss_fn_outputs=[],
+                metrics={
+                    "loss_sum": float(out.loss),
+                    "loss_mean": float(out.loss) / count if count > 0 else 0.0,
+                    "token_count": count,
+                },
+            )
+        )
 
     def optim_step(self, adam_params: Any) -> _Future:
         hang = self._core.enter("optim_step")
         ap = self._core.our_adam(adam_params)
+        self._start()
         if hang:
             return _Future(hang=True)
         self._core.local.optim_step(ap)
@@ -291,21 +397,33 @@ class _PyTrioTraining:
 
     def save_state(self, name: str, ttl_seconds: int | None = None, overwrite: bool = False) -> _Future:
         self._core.enter("save_state", name=name)
-        self._core.check_name(name)
-        local_path = self._core.local.save_state(name)
-        uri = f"trio://stub-run/state/{name}"
-        self._core.paths[uri] = local_path
-        return _Future(self._core.types.SaveWeightsResponse(path=uri, model="stub", size=1))
+        uri = self._core.save(self._run, name, overwrite, "trio")
+        return _Future(self._core.types.SaveWeightsResponse(path=uri, model=self.model_id, size=1))
+
+    def _load(self, path: str, *, optimizer: bool) -> _Future:
+        from pytrio.errors.base import ValidationError
+
+        if self._run.started:
+            raise ValidationError(
+                "load_state cannot be called after training has started. "
+                "Call load_state before the first training operation.",
+                code="validation.already_initialized",
+            )
+        self._core.restore(path, optimizer=optimizer)
+        self._start()
+        return _Future({})
 
     def load_state(self, path: str) -> _Future:
         self._core.enter("load_state", path=path)
-        if path not in self._core.paths:
-            raise self._core.fail(f"unknown checkpoint path {path!r}; pass a path returned by save_state")
-        self._core.local.load_state(self._core.paths[path])
-        return _Future({"path": path})
+        return self._load(path, optimizer=False)
+
+    def load_state_with_optimizer(self, path: str) -> _Future:
+        self._core.enter("load_state_with_optimizer", path=path)
+        return self._load(path, optimizer=True)
 
     def save_weights_and_get_sampling_client(self) -> _PyTrioSampling:
         self._core.enter("save_weights_and_get_sampling_client")
+        self._start()
         return _PyTrioSampling(self._core, self._core.local.save_weights_and_get_sampling_client())
 
     def get_tokenizer(self) -> Any:
@@ -318,12 +436,56 @@ class RecordingPyTrioService(_StubService):
 
     Args:
         local: a :class:`~tempo_rl.backends.local.LocalTrainingClient` that does the maths.
+        models: the model ids :meth:`get_server_capabilities` lists (with the limits below).
+        max_seq_len: the per-sample training limit reported by :meth:`get_server_capabilities` and enforced
+            by ``forward_backward`` (None: none).
+        max_tokens_per_request: the per-request training limit reported (None: none).
     """
 
-    def __init__(self, local: Any) -> None:
+    def __init__(
+        self,
+        local: Any,
+        *,
+        models: Sequence[str] = (),
+        max_seq_len: int | None = None,
+        max_tokens_per_request: int | None = None,
+    ) -> None:
         from tempo_rl.backends.pytrio import import_pytrio
 
         self._core = _Core(local, import_pytrio().types, "pytrio")
+        self.max_seq_len = max_seq_len
+        self.max_tokens_per_request = max_tokens_per_request
+        self.models: list[str] = list(models)
+
+    def _limits(self) -> Any:
+        from pytrio.model.limits import TrainingLimits
+
+        return TrainingLimits(
+            max_batch_size=None,
+            max_tokens_per_request=self.max_tokens_per_request,
+            max_seq_len=self.max_seq_len,
+        )
+
+    def get_server_capabilities(self) -> Any:
+        self._core.enter("get_server_capabilities")
+        t = self._core.types
+        ops = {
+            "available": True,
+            "max_batch_size": None,
+            "max_tokens_per_request": self.max_tokens_per_request,
+            "max_seq_len": self.max_seq_len,
+        }
+        return t.GetServerCapabilitiesResponse(
+            supported_models=[
+                t.SupportedModel(
+                    model_name=m,
+                    max_context_length=None,
+                    training=t.ModelOperationCapabilities(**ops),
+                    sampling=t.ModelOperationCapabilities(**ops),
+                )
+                for m in self.models
+            ]
+        )
 
     def create_lora_training_client(
         self,
@@ -335,25 +497,29 @@ class RecordingPyTrioService(_StubService):
         train_unembed: bool = True,
     ) -> _PyTrioTraining:
         self._core.enter("create_lora_training_client", base_model=base_model, rank=rank, seed=seed)
-        if not isinstance(base_model, str) or not base_model:
-            raise self._core.fail("base_model must be a non-empty model id")
-        if not isinstance(rank, int) or not 4 <= rank <= 64:
-            raise self._core.fail(f"LoRA rank must be an int in [4, 64], got {rank!r}")
-        return _PyTrioTraining(self._core)
+        self._core.check_lora(base_model, rank, 4, 64)
+        return _PyTrioTraining(self._core, base_model, self._limits())
+
+    def _from_state(self, path: str, *, optimizer: bool) -> _PyTrioTraining:
+        if path not in self._core.paths:
+            raise self._core.fail(f"unknown checkpoint path {path!r}; pass a path returned by save_state")
+        client = _PyTrioTraining(self._core, "stub", self._limits())
+        self._core.restore(path, optimizer=optimizer)
+        return client
+
+    def create_training_client_from_state(self, path: str) -> _PyTrioTraining:
+        self._core.enter("create_training_client_from_state", path=path)
+        return self._from_state(path, optimizer=False)
+
+    def create_training_client_from_state_with_optimizer(self, path: str) -> _PyTrioTraining:
+        self._core.enter("create_training_client_from_state_with_optimizer", path=path)
+        return self._from_state(path, optimizer=True)
 
 
 # ------------------------------------------------------------------------------------------------ Tinker
 class _TinkerSampling:
     def __init__(self, core: _Core, local_sampler: Any) -> None:
         self._core, self._local = core, local_sampler
-
-    def _args(
-        self, prompt: Any, num_samples: Any, sampling_params: Any
-    ) -> tuple[list[int], int, SamplingParams]:
-        ids = self._core.check_model_input(prompt, "prompt")
-        if not isinstance(num_samples, int) or num_samples < 1:
-            raise self._core.fail(f"num_samples must be a positive int, got {num_samples!r}")
-        return ids, num_samples, self._core.our_sampling_params(sampling_params)
 
     def _response(self, res: Any) -> Any:
         t = self._core.types
@@ -373,37 +539,46 @@ class _TinkerSampling:
         hang = self._core.enter("sample", num_samples=num_samples)
         if "return_text" in kwargs:
             raise self._core.fail("tinker's sample has no return_text argument")
-        ids, n, sp = self._args(prompt, num_samples, sampling_params)
+        ids, n, sp = self._core.check_sample(prompt, num_samples, sampling_params)
         return _Future(hang=True) if hang else _Future(self._response(self._local.sample(ids, n, sp)))
 
     async def sample_async(self, prompt: Any, num_samples: int, sampling_params: Any, **kwargs: Any) -> Any:
-        self._core.enter("sample_async", num_samples=num_samples)
-        if "return_text" in kwargs:
-            raise self._core.fail("tinker's sample_async has no return_text argument")
-        ids, n, sp = self._args(prompt, num_samples, sampling_params)
-        return self._response(await self._local.sample_async(ids, n, sp))
+        warnings.warn(
+            "DEPRECATED: SamplingClient.sample_async() is deprecated (tinker 0.38); use `await sample(...)`",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return await self.sample(prompt, num_samples, sampling_params, **kwargs)
 
     def compute_logprobs(self, prompt: Any) -> _Future:
-        self._core.enter("compute_logprobs")
-        return _Future(self._local.compute_logprobs(self._core.check_model_input(prompt, "prompt")))
+        hang = self._core.enter("compute_logprobs")
+        ids = self._core.check_model_input(prompt, "prompt")
+        return _Future(hang=True) if hang else _Future(self._local.compute_logprobs(ids))
 
     async def compute_logprobs_async(self, prompt: Any) -> list[float | None]:
-        self._core.enter("compute_logprobs_async")
-        out: list[float | None] = await self._local.compute_logprobs_async(
-            self._core.check_model_input(prompt, "prompt")
+        warnings.warn(
+            "DEPRECATED: SamplingClient.compute_logprobs_async() is deprecated (tinker 0.38); use "
+            "`await compute_logprobs(...)`",
+            FutureWarning,
+            stacklevel=2,
         )
+        out: list[float | None] = await self.compute_logprobs(prompt)
         return out
 
 
 class _TinkerTraining:
+    """tinker.TrainingClient's API and state rules over the delegate."""
+
     def __init__(self, core: _Core) -> None:
         self._core = core
+        self._run = core.new_run()
 
     def forward_backward(self, data: Any, loss_fn: str, loss_fn_config: Any = None) -> _Future:
         hang = self._core.enter(
             "forward_backward", n=len(data) if isinstance(data, list) else -1, loss_fn=loss_fn
         )
         ours = self._core.check_datums(data, loss_fn, loss_fn_config)
+        self._run.started = True
         if hang:
             return _Future(hang=True)
         out = self._core.local.forward_backward(ours, loss_fn, loss_fn_config)
@@ -420,27 +595,45 @@ class _TinkerTraining:
                 "tempo-rl passes adam_params= (tinker's optim_params is for other optimizers)"
             )
         ap = self._core.our_adam(adam_params)
+        self._run.started = True
         if hang:
             return _Future(hang=True)
         self._core.local.optim_step(ap)
         return _Future(self._core.types.OptimStepResponse(metrics={}))
 
-    def save_state(self, name: str, ttl_seconds: int | None = None, **kwargs: Any) -> _Future:
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> _Future:
         self._core.enter("save_state", name=name)
-        self._core.check_name(name)
-        uri = f"tinker://stub-run/weights/{name}"
-        self._core.paths[uri] = self._core.local.save_state(name)
+        uri = self._core.save(self._run, name, overwrite, "tinker")
         return _Future(self._core.types.SaveWeightsResponse(path=uri))
 
-    def load_state(self, path: str, weights_access_token: str | None = None) -> _Future:
-        self._core.enter("load_state", path=path)
-        if path not in self._core.paths:
-            raise self._core.fail(f"unknown checkpoint path {path!r}")
-        self._core.local.load_state(self._core.paths[path])
+    def _load(self, method: str, path: str, *, optimizer: bool) -> _Future:
+        warnings.warn(_TINKER_LOAD_STATE_DEPRECATED, FutureWarning, stacklevel=3)
+        self._core.enter(method, path=path)
+        self._core.restore(path, optimizer=optimizer)
         return _Future(self._core.types.LoadWeightsResponse(path=path))
 
+    def load_state(self, path: str, weights_access_token: str | None = None) -> _Future:
+        return self._load("load_state", path, optimizer=False)
+
+    def load_state_with_optimizer(self, path: str, weights_access_token: str | None = None) -> _Future:
+        return self._load("load_state_with_optimizer", path, optimizer=True)
+
     def save_weights_and_get_sampling_client(self, name: str | None = None, **kwargs: Any) -> _Future:
+        if name is not None:
+            warnings.warn(
+                "The 'name' parameter of save_weights_and_get_sampling_client() is deprecated and has no "
+                "effect (tinker 0.38)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self._core.enter("save_weights_and_get_sampling_client", name=name)
+        self._run.started = True
         return _Future(_TinkerSampling(self._core, self._core.local.save_weights_and_get_sampling_client()))
 
     def get_tokenizer(self) -> Any:
@@ -467,11 +660,23 @@ class RecordingTinkerService(_StubService):
         **kwargs: Any,
     ) -> _Future:
         self._core.enter("create_lora_training_client", base_model=base_model, rank=rank, seed=seed)
-        if not isinstance(base_model, str) or not base_model:
-            raise self._core.fail("base_model must be a non-empty model id")
-        if not isinstance(rank, int) or rank < 1:
-            raise self._core.fail(f"LoRA rank must be a positive int, got {rank!r}")
+        self._core.check_lora(base_model, rank, 1, None)
         return _Future(_TinkerTraining(self._core))
+
+    def _from_state(self, path: str, *, optimizer: bool) -> _Future:
+        if path not in self._core.paths:
+            raise self._core.fail(f"unknown checkpoint path {path!r}")
+        client = _TinkerTraining(self._core)
+        self._core.restore(path, optimizer=optimizer)
+        return _Future(client)
+
+    def create_training_client_from_state(self, path: str, **kwargs: Any) -> _Future:
+        self._core.enter("create_training_client_from_state", path=path)
+        return self._from_state(path, optimizer=False)
+
+    def create_training_client_from_state_with_optimizer(self, path: str, **kwargs: Any) -> _Future:
+        self._core.enter("create_training_client_from_state_with_optimizer", path=path)
+        return self._from_state(path, optimizer=True)
 
 
 def summarize(calls: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, int]:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tempo_rl.backends.config import BackendConfig, LocalBackendConfig
 from tempo_rl.envs.snapshot import EnvSpec
 
 __all__ = [
@@ -413,9 +414,9 @@ class TrainConfig(_Model):
 
     algorithm: Literal["tempo", "grpo"] = "tempo"
     env: EnvConfig = Field(default_factory=EnvConfig)
-    backend: dict[str, Any] = Field(
-        default_factory=lambda: {"kind": "local"},
-        description="backend config (tempo_rl.backends.config); validated when the clients are created",
+    backend: BackendConfig = Field(
+        default_factory=LocalBackendConfig,
+        description="backend config (tempo_rl.backends.config), tagged by kind: 'local' (default), 'pytrio', 'tinker'",
     )
     tempo: TempoConfig = Field(default_factory=TempoConfig)
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
@@ -459,17 +460,6 @@ class TrainConfig(_Model):
                     f"grpo.games_per_batch x grpo.group_size = {per_update} datums exceeds the backend's batch "
                     f"limit {limit} (optim.max_datums_per_update); lower grpo.games_per_batch or grpo.group_size"
                 )
-        try:
-            from tempo_rl.backends.config import parse_backend_config
-
-            parse_backend_config(dict(self.backend))
-        except ImportError:  # pragma: no cover - backends always ship with tempo_rl
-            pass
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"] if not str(p).endswith("BackendConfig"))
-            where = f"backend.{loc}" if loc else "backend"
-            raise ValueError(f"{where}: {first['msg']} (see tempo_rl.backends.config)") from None
         if self.optim.clip_low_threshold >= self.optim.clip_high_threshold:
             raise ValueError(
                 "optim.clip_low_threshold must be below optim.clip_high_threshold (ratio bounds, e.g. 0.8 and 1.2)"
@@ -488,7 +478,7 @@ class TrainConfig(_Model):
     def batch_limit(self) -> int:
         """Datums one update may send: the backend config's ``max_batch_datums`` when it sets one, else
         ``optim.max_datums_per_update``."""
-        backend_limit = self.backend.get("max_batch_datums")
+        backend_limit = getattr(self.backend, "max_batch_datums", None)
         if isinstance(backend_limit, int) and backend_limit > 0:
             return min(backend_limit, self.optim.max_datums_per_update)
         return self.optim.max_datums_per_update

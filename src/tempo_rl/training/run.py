@@ -149,19 +149,24 @@ def env_corpus(config: TrainConfig, games: int = 24, seed: int = 0) -> list[str]
 
 
 def _create_clients(
-    config: TrainConfig, run_dir: Path, *, resume: bool, service_client: Any = None
+    config: TrainConfig,
+    run_dir: Path,
+    *,
+    resume: bool,
+    service_client: Any = None,
+    backend_state: str | None = None,
 ) -> tuple[Any, Any, Any]:
     """(training client, sampling client, tokenizer) for the configured backend.
 
     Local backend without a tokenizer of its own: an offline tokenizer is trained on :func:`env_corpus` at the
     start of a run and saved in ``RUN_DIR/tokenizer`` (a resume reloads it); backend states are written under
     ``RUN_DIR/backend_states`` unless the config names a ``state_dir``. Every backend goes through
-    :func:`tempo_rl.backends.config.create_clients`.
+    :func:`tempo_rl.backends.factory.create_clients` (the same retry layer for all); ``backend_state`` (a
+    resume) makes the training client start from that saved state, weights and optimizer.
     """
-    from tempo_rl.backends.config import create_clients, parse_backend_config
+    from tempo_rl.backends.factory import create_clients
 
-    backend = dict(config.backend)
-    cfg = parse_backend_config(backend)
+    cfg = config.backend
     tokenizer: Any = None
     if cfg.kind == "local" and cfg.model_path is None and cfg.tokenizer_path is None:
         from tempo_rl.backends.local.tokenizer import build_tokenizer, load_tokenizer
@@ -172,18 +177,17 @@ def _create_clients(
         else:
             tokenizer = build_tokenizer(env_corpus(config), vocab_size=cfg.vocab_size)
             tokenizer.save_pretrained(str(tok_dir))
-        if "state_dir" not in backend:
+        # the default means "not chosen" (config.toml stores every default too)
+        if cfg.state_dir == type(cfg).model_fields["state_dir"].default:
             cfg = cfg.model_copy(update={"state_dir": str(run_dir / "backend_states")})
-    if cfg.kind == "local":
-        from tempo_rl.backends.retry import RetryingTrainingClient
-
-        training, sampler = create_clients(cfg, tokenizer=tokenizer)
-        # remote clients retry inside their adapters; the local one gets the same policy here, with
-        # optim_step applied exactly once across retries (its step counter settles a lost acknowledgement)
-        training = RetryingTrainingClient(training)
-        sampler = training.wrap_sampler(sampler)
-    else:
-        training, sampler = create_clients(cfg, service_client=service_client)
+    s = config.sampling
+    training, sampler = create_clients(
+        cfg,
+        tokenizer=tokenizer,
+        service_client=service_client,
+        resume_from=backend_state,
+        max_sequence_tokens=max(s.max_trajectory_tokens, s.critic_max_prompt_tokens + s.critic_max_tokens),
+    )
     return training, sampler, training.get_tokenizer()
 
 
@@ -252,11 +256,8 @@ def build_trainer(
     stubs of :mod:`tempo_rl.backends.testing`.
     """
     training, sampler, tokenizer = _create_clients(
-        config, run_dir, resume=resume, service_client=service_client
+        config, run_dir, resume=resume, service_client=service_client, backend_state=backend_state
     )
-    if backend_state is not None:
-        training.load_state(backend_state)
-        sampler = training.save_weights_and_get_sampling_client()
     chat = ChatRenderer(tokenizer)
     eos = tokenizer.eos_token_id
     s = config.sampling

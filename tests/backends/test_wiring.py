@@ -1,0 +1,170 @@
+"""Backend wiring: the config is a leaf, no import cycle, one factory with the same retries for every backend,
+``TrainConfig.backend`` typed, and the recording stubs bound by the SDKs' rules (issue 23)."""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tempo_rl.backends import (
+    LocalBackendConfig,
+    PyTrioBackendConfig,
+    RetryConfig,
+    SamplingParams,
+    create_clients,
+)
+from tempo_rl.rollout.datums import completion_datum
+
+PKG = Path(__file__).resolve().parents[2] / "src" / "tempo_rl" / "backends"
+FAST = RetryConfig(result_timeout_s=5.0, max_attempts=3, backoff_initial_s=0.0, backoff_max_s=0.0, jitter=0.0)
+
+
+def _module_imports(path: Path) -> set[str]:
+    """tempo_rl modules that ``path`` imports anywhere (lazy imports in function bodies too), except under
+    ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tempo_rl"):
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("tempo_rl"))
+    return out
+
+
+def test_config_is_a_leaf_and_the_package_has_no_import_cycle() -> None:
+    graph = {}
+    for path in PKG.glob("*.py"):
+        name = "tempo_rl.backends" if path.stem == "__init__" else f"tempo_rl.backends.{path.stem}"
+        graph[name] = {m for m in _module_imports(path) if m != name and m != "tempo_rl.backends"}
+    assert graph["tempo_rl.backends.config"] == set()
+
+    def reach(start: str, seen: set[str]) -> set[str]:
+        for nxt in graph.get(start, set()):
+            if nxt not in seen:
+                seen.add(nxt)
+                reach(nxt, seen)
+        return seen
+
+    cycles = [m for m in graph if m != "tempo_rl.backends" and m in reach(m, set())]
+    assert cycles == []
+
+
+def test_every_backend_gets_the_same_retry_layer(tokenizer: Any, tmp_path: Path) -> None:
+    from tempo_rl.backends.retry import RetryingSamplingClient, RetryingTrainingClient
+
+    local = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "state_dir": str(tmp_path), "retry": FAST}
+    configs: list[Any] = [LocalBackendConfig(**local)]
+    for kind in ("pytrio", "tinker"):
+        try:
+            __import__(kind)
+        except ImportError:  # that extra is not installed
+            continue
+        configs.append({"kind": kind, "stub": True, "stub_local": local, "retry": FAST.model_dump()})
+    for cfg in configs:
+        training, sampler = create_clients(cfg, tokenizer=tokenizer)
+        assert isinstance(training, RetryingTrainingClient) and isinstance(sampler, RetryingSamplingClient)
+        assert training.retry == FAST
+        inner = training.inner
+
+        def sometimes(*a: Any, _s: Any = sampler.inner.sample, _left: list[int] = [2], **k: Any) -> Any:  # noqa: B006
+            if _left[0]:
+                _left[0] -= 1
+                raise ConnectionError("reset by peer")
+            return _s(*a, **k)
+
+        sampler.inner.sample = sometimes
+        prompt = tokenizer.encode("go to desk 1", add_special_tokens=False)
+        assert len(sampler.sample(prompt, 1, SamplingParams(max_tokens=2, seed=0)).sequences) == 1
+        assert training.stats.retries["sample"] == 2, type(inner).__name__
+
+
+def test_train_config_backend_is_typed() -> None:
+    from tempo_rl.training.config import ConfigError, load_config
+
+    cfg = load_config(None, ['backend.kind="pytrio"', "backend.lora_rank=16", "backend.stub=true"])
+    assert isinstance(cfg.backend, PyTrioBackendConfig) and cfg.backend.lora_rank == 16
+    assert isinstance(load_config(None, []).backend, LocalBackendConfig)
+    assert isinstance(
+        load_config(None, ["backend.hidden_size=32"]).backend, LocalBackendConfig
+    )  # kind defaults
+    with pytest.raises(ConfigError, match=r"backend\.pytrio\.lora_rank"):
+        load_config(None, ['backend.kind="pytrio"', "backend.lora_rank=128"])
+
+
+# ------------------------------------------------------------------------------------------ stub rules
+@pytest.fixture
+def pytrio_stub(local_training: Any) -> tuple[Any, Any, Any]:
+    pytest.importorskip("pytrio")
+    from tempo_rl.backends.testing import RecordingPyTrioService
+
+    service = RecordingPyTrioService(local_training)
+    training, sampling = create_clients(
+        PyTrioBackendConfig(base_model="stub/tiny", lora_rank=8, seed=3, retry=FAST), service_client=service
+    )
+    return service, training, sampling
+
+
+def test_pytrio_stub_refuses_a_load_once_training_started(pytrio_stub: tuple[Any, Any, Any]) -> None:
+    from pytrio.errors.base import ValidationError
+
+    service, training, _ = pytrio_stub
+    raw = training.inner.raw
+    path = raw.save_state("x").result().path
+    with pytest.raises(ValidationError) as info:
+        raw.load_state(path)
+    assert info.value.code == "validation.already_initialized"
+    fresh = service.create_lora_training_client("stub/tiny", rank=8)
+    fresh.load_state_with_optimizer(path).result()  # before its first training call: accepted
+
+
+def test_stubs_never_overwrite_a_name(pytrio_stub: tuple[Any, Any, Any]) -> None:
+    from tempo_rl.backends.testing import StubCallError
+
+    _, training, _ = pytrio_stub
+    raw = training.inner.raw
+    raw.save_state("same").result()
+    with pytest.raises(StubCallError, match="already exists"):
+        raw.save_state("same")
+    raw.save_state("same", overwrite=True).result()
+
+
+def test_pytrio_stub_answers_with_pytrios_metric_names(pytrio_stub: tuple[Any, Any, Any]) -> None:
+    _, training, sampling = pytrio_stub
+    prompt = training.get_tokenizer().encode("go", add_special_tokens=False)
+    seq = sampling.sample(prompt, 1, SamplingParams(max_tokens=2, seed=0)).sequences[0]
+    datum = completion_datum(prompt, list(seq.tokens), list(seq.logprobs), 1.0)
+    out = training.forward_backward([datum], "importance_sampling")
+    assert {"loss_sum", "loss_mean", "token_count"} <= set(out.metrics) and "loss:sum" not in out.metrics
+    assert out.loss == out.metrics["loss_sum"]
+
+
+def test_tinker_stub_warns_like_tinker(local_training: Any) -> None:
+    pytest.importorskip("tinker")
+    import asyncio
+
+    from tempo_rl.backends.testing import RecordingTinkerService
+
+    service = RecordingTinkerService(local_training)
+    raw = service.create_lora_training_client("stub").result()
+    T = __import__("tinker").types
+    with pytest.warns(DeprecationWarning, match="name"):
+        sampler = raw.save_weights_and_get_sampling_client(name="x").result()
+    with pytest.warns(FutureWarning, match="sample_async"):
+        asyncio.run(sampler.sample_async(T.ModelInput.from_ints([1, 2]), 1, T.SamplingParams(max_tokens=1)))
+    path = raw.save_state("s").result().path
+    with pytest.warns(FutureWarning, match="load_state"):
+        raw.load_state(path).result()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        raw.save_weights_and_get_sampling_client().result()
