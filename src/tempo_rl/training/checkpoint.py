@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -104,13 +105,17 @@ def _fsync_dir(path: Path) -> None:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically: tmp file + fsync + rename (+ fsync of the directory).
 
-    The tmp file's name carries the process id, so two processes writing the same path never share one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    The tmp file's name carries the process and thread ids, so two writers of one path never share it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # an interrupted write leaves nothing behind
+        raise
     _fsync_dir(path.parent)
 
 
@@ -263,17 +268,20 @@ def verify_checkpoint(path: Path) -> Checkpoint:
         )
     run_dir = path.parent.parent
     backend = meta.get("backend_state")
-    if backend is not None and meta.get("backend_is_local"):
-        _check_file(path / str(backend), files.get(str(backend)), "backend state")
-        backend = str(path / str(backend))
     store = meta.get("store")
-    if store:
-        _check_file(path / str(store), files.get(str(store)), "store copy")
-    for key in relative:
-        rel = trainer_state.get(key)
-        if isinstance(rel, str):
-            _check_file(run_dir / rel, run_files.get(rel), f"{key} file")
-            trainer_state[key] = str(run_dir / rel)
+    try:
+        if backend is not None and meta.get("backend_is_local"):
+            _check_file(path / str(backend), files.get(str(backend)), "backend state")
+            backend = str(path / str(backend))
+        if store:
+            _check_file(path / str(store), files.get(str(store)), "store copy")
+        for key in relative:
+            rel = trainer_state.get(key)
+            if isinstance(rel, str):
+                _check_file(run_dir / rel, run_files.get(rel), f"{key} file")
+                trainer_state[key] = str(run_dir / rel)
+    except CheckpointError as exc:
+        raise CheckpointError(f"checkpoint {path.name}: {exc}") from None
     return Checkpoint(
         path=path,
         update=update,

@@ -108,15 +108,16 @@ def _check_env(config: TrainConfig) -> None:
                 ) from None
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"env.kwargs: {exc}") from None
+            raw = env.env  # the adapter itself: its results are checked before any wrapper reads them
             try:
-                obs = loop.run_until_complete(pool.call(env, "reset", seed))
+                obs = loop.run_until_complete(pool.call(raw, "reset", seed))
                 _contract("reset()'s result", obs, Observation, name)
                 _contract("the observation text", obs.text, str, name)
-                plan = list(loop.run_until_complete(pool.call(env, "walkthrough")) or ())
+                plan = list(loop.run_until_complete(pool.call(raw, "walkthrough")) or ())
                 admissible = list(obs.admissible_actions or ())
                 action = plan[0] if plan else admissible[0] if admissible else "look"
                 _contract("an admissible action", action, str, name)
-                result = loop.run_until_complete(pool.call(env, "step", action))
+                result = loop.run_until_complete(pool.call(raw, "step", action))
                 _contract("step()'s result", result, StepResult, name)
                 _contract("the observation of step()'s result", result.observation, Observation, name)
                 _contract("the observation text after step()", result.observation.text, str, name)
@@ -131,7 +132,7 @@ def _check_env(config: TrainConfig) -> None:
                 last = exc  # raised or hung: maybe transient, try a fresh env
             finally:
                 with contextlib.suppress(Exception):
-                    loop.run_until_complete(pool.call(env, "close"))
+                    loop.run_until_complete(pool.call(raw, "close"))
     finally:
         loop.close()
         pool.close()

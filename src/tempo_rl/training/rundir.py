@@ -39,7 +39,13 @@ from typing import IO, Any
 
 import numpy as np
 
-from tempo_rl.training.checkpoint import Checkpoint, CheckpointError, latest_checkpoint
+from tempo_rl.training.checkpoint import (
+    LATEST,
+    Checkpoint,
+    CheckpointError,
+    atomic_write_text,
+    latest_checkpoint,
+)
 from tempo_rl.training.config import ConfigError
 
 __all__ = [
@@ -290,8 +296,9 @@ def prepare_resume(run_dir: Path) -> ResumePoint:
     """Bring ``run_dir`` back to its newest verified checkpoint (the caller holds the :class:`RunLock`).
 
     With a checkpoint: ``metrics.jsonl`` and ``trajectories.jsonl`` are checked to hold the checkpoint's
-    offsets (on a record boundary) and truncated to them, and the live store is replaced by the checkpoint's
-    copy. Without any checkpoint directory (the run died before its first checkpoint) the partial files are
+    offsets (on a record boundary) and truncated to them, ``LATEST`` is pointed at the checkpoint when it named
+    another one, and the live store is replaced by the checkpoint's copy. (A damaged newer checkpoint stays
+    until the resumed run writes the same update again, which replaces it.) Without any checkpoint directory (the run died before its first checkpoint) the partial files are
     reset and the run starts over in place. Checkpoints are never deleted here.
 
     Raises:
@@ -310,6 +317,8 @@ def prepare_resume(run_dir: Path) -> ResumePoint:
         return ResumePoint(None)
     for name in (METRICS_FILE, TRAJECTORIES_FILE):
         _check_offset(run_dir / name, checkpoint.offsets.get(name, 0), checkpoint.update)
+    if checkpoint.notes:  # LATEST named something else: point it at the checkpoint the run continues from
+        atomic_write_text(checkpoint.path.parent / LATEST, checkpoint.path.name + "\n")
     for name in (METRICS_FILE, TRAJECTORIES_FILE):
         _truncate(run_dir / name, checkpoint.offsets.get(name, 0))
     if checkpoint.store_path is not None:
