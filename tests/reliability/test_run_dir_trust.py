@@ -19,11 +19,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from reliability_helpers import REPO, tiny_config  # noqa: E402
+from reliability_helpers import REPO, tiny_config
 
-from tempo_rl.training.checkpoint import CHECKPOINT_DIR, LATEST, latest_checkpoint  # noqa: E402
-from tempo_rl.training.run import train_run  # noqa: E402
-from tempo_rl.training.rundir import RunDirError, RunDirLockedError, RunLock  # noqa: E402
+from tempo_rl.training.checkpoint import CHECKPOINT_DIR, LATEST, latest_checkpoint
+from tempo_rl.training.run import train_run
+from tempo_rl.training.rundir import RunDirError, RunDirLockedError, RunLock
 
 UPDATES = 3  # 1 warm-up + 2 TD
 
@@ -96,7 +96,9 @@ def test_a_second_writer_is_refused_naming_the_holder_and_changes_nothing(run: P
     before = _tree(run)
     holder = _hold_lock(run)
     try:
-        with pytest.raises(RunDirLockedError, match=rf"in use by another tempo-rl process \(pid {holder.pid}\)"):
+        with pytest.raises(
+            RunDirLockedError, match=rf"in use by another tempo-rl process \(pid {holder.pid}\)"
+        ):
             train_run(run, resume=True, overrides=["tempo.td_updates=3"], console=False)
         assert _tree(run) == before
     finally:

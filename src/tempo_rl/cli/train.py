@@ -96,5 +96,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         where = args.resume if args.resume is not None else run_dir
         hint = f": tempo-rl train --resume {where}" if where is not None else ""
-        print(f"tempo-rl train: interrupted; the run stays resumable from its last checkpoint{hint}", file=sys.stderr)
+        print(
+            f"tempo-rl train: interrupted; the run stays resumable from its last checkpoint{hint}",
+            file=sys.stderr,
+        )
         return 130

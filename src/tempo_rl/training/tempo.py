@@ -386,9 +386,11 @@ class TempoTrainer(MacroStepTrainer):
         t0 = time.perf_counter()
         n_fresh, stored = self._choose_starts()
         games = [self.next_fresh_game() for _ in range(n_fresh)]
+        crashed = self.restore_failures
         restored = await asyncio.gather(*(self.restore_start(s, t.branches) for s in stored))
+        crashed = self.restore_failures - crashed  # restores that crashed are not divergences
         fresh, _failed = await self.fresh_starts(t.branches, games)
-        divergences = sum(1 for r in restored if r is None)
+        divergences = sum(1 for r in restored if r is None) - crashed
         starts: list[StartState] = [r for r in restored if r is not None] + list(fresh)
         timer.add("restore", time.perf_counter() - t0)
         reused = sum(1 for s in starts if not s.fresh)
