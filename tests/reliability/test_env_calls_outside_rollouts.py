@@ -55,7 +55,7 @@ def envs() -> Iterator[None]:
 def test_the_tokenizer_corpus_drops_games_whose_env_raises(
     envs: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tempo_rl.training.corpus import env_corpus
+    from tempo_rl.training.run import env_corpus
 
     config = tiny_config(env={"name": "flaky-keydoor"})
     texts = env_corpus(config, games=6)
@@ -65,7 +65,7 @@ def test_the_tokenizer_corpus_drops_games_whose_env_raises(
 
 
 def test_the_tokenizer_corpus_keeps_the_step_deadline(envs: None) -> None:
-    from tempo_rl.training.corpus import env_corpus
+    from tempo_rl.training.run import env_corpus
 
     config = tiny_config(env={"name": "hangs-once-keydoor"}, workers={"step_timeout_s": 1.0})
     start = time.perf_counter()

@@ -22,8 +22,7 @@ pytest.importorskip("torch")
 from reliability_helpers import REPO, tiny_config
 
 from tempo_rl.training.checkpoint import CHECKPOINT_DIR, LATEST, latest_checkpoint
-from tempo_rl.training.run import train_run
-from tempo_rl.training.rundir import RunDirError, RunDirLockedError, RunLock
+from tempo_rl.training.run import RunDirError, train_run
 
 UPDATES = 3  # 1 warm-up + 2 TD
 
@@ -93,6 +92,8 @@ def _hold_lock(run_dir: Path) -> subprocess.Popen[str]:
 
 @pytest.mark.slow
 def test_a_second_writer_is_refused_naming_the_holder_and_changes_nothing(run: Path) -> None:
+    from tempo_rl.training.rundir import RunDirLockedError
+
     before = _tree(run)
     holder = _hold_lock(run)
     try:
@@ -110,6 +111,8 @@ def test_a_second_writer_is_refused_naming_the_holder_and_changes_nothing(run: P
 
 
 def test_the_lock_is_exclusive_and_released(tmp_path: Path) -> None:
+    from tempo_rl.training.rundir import RunDirLockedError, RunLock
+
     with RunLock(tmp_path):
         assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
         with pytest.raises(RunDirLockedError, match=f"pid {os.getpid()}"):
@@ -118,6 +121,8 @@ def test_the_lock_is_exclusive_and_released(tmp_path: Path) -> None:
 
 
 def test_a_new_run_into_a_directory_another_process_is_writing_is_refused(tmp_path: Path) -> None:
+    from tempo_rl.training.rundir import RunDirLockedError
+
     target = tmp_path / "run"
     target.mkdir()
     holder = _hold_lock(target)
