@@ -110,6 +110,35 @@ def test_a_second_writer_is_refused_naming_the_holder_and_changes_nothing(run: P
     assert _steps(run) == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.slow
+def test_two_resumes_of_one_run_the_second_is_refused_and_no_step_is_doubled(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's case: ``tempo-rl train --resume X &`` then ``tempo-rl train --resume X``."""
+    import time
+
+    from tempo_rl.cli import main
+
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1")
+    more = ["--set", "tempo.td_updates=5", "--quiet"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "tempo_rl.cli", "train", "--resume", str(run), *more], env=env
+    )
+    try:
+        deadline = time.monotonic() + 120
+        lock = run / ".lock"
+        while not (lock.is_file() and lock.read_text().strip() == str(first.pid)):  # the first holds the lock
+            assert first.poll() is None and time.monotonic() < deadline, (
+                "the first resume never took the lock"
+            )
+            time.sleep(0.05)
+        assert main(["train", "--resume", str(run), *more]) == 2
+        assert f"pid {first.pid}" in capsys.readouterr().err
+    finally:
+        assert first.wait(timeout=300) == 0
+    assert _steps(run) == list(range(UPDATES + 4))  # 0 .. 6, each once
+
+
 def test_the_lock_is_exclusive_and_released(tmp_path: Path) -> None:
     from tempo_rl.training.rundir import RunDirLockedError, RunLock
 
