@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tempo_rl.training import run as run_module
+from tempo_rl.training import rundir as rundir_module
 from tempo_rl.training.config import ConfigError, TrainConfig
 from tempo_rl.training.run import RunDirError, check_run_dir, train_run
 
@@ -71,7 +72,7 @@ def test_a_failing_write_probe_is_refused(
             raise OSError(code, text)
         return real_open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(run_module, "open", probe_fails, raising=False)
+    monkeypatch.setattr(rundir_module, "open", probe_fails, raising=False)
     target = tmp_path / "run"
     with pytest.raises(RunDirError, match=f"not writable \\({text}\\)"):
         train_run(target, _config())

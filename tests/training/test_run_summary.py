@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from tempo_rl.training.run import format_summary, summarize
 
 
@@ -74,3 +76,29 @@ def test_summary_without_evaluations(tmp_path: Path) -> None:
     assert summary["eval_success"] == []
     assert math.isnan(summary["eval_success_first"]) and math.isnan(summary["eval_games"])
     assert "actor eval success" not in format_summary(summary)
+
+
+def test_summary_skips_a_torn_last_line(tmp_path: Path) -> None:
+    """A run killed mid-write leaves half a record: the summary reads what is complete (as read_metrics does)."""
+    path = _write(tmp_path / "metrics.jsonl", _records())
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write('{"step": 5, "metrics": {"train/phase": 1.0, "critic/abs_')
+    summary = summarize(path)
+    assert summary["td_updates"] == 2 and summary["eval_success_last"] == 0.625
+
+
+def test_summary_json_is_strict_with_null_for_undefined_figures(tmp_path: Path) -> None:
+    from tempo_rl.training.summary import summary_json
+
+    records = [r for r in _records() if "eval/success_rate" not in r["metrics"]]  # type: ignore[operator]
+    summary = summarize(_write(tmp_path / "metrics.jsonl", records))
+    summary["numpy"] = np.float32(0.5)
+    text = summary_json(summary)
+    assert "NaN" not in text
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"not strict JSON: {name}")
+
+    data = json.loads(text, parse_constant=refuse)
+    assert data["eval_games"] is None and data["eval_success_first"] is None
+    assert data["numpy"] == 0.5 and data["critic_abs_error_warmup"] == [0.5, 0.4]

@@ -7,6 +7,8 @@ import math
 import sys
 from typing import Any
 
+from tempo_rl.cli import add_import_option, import_user_modules
+
 
 def add_parser(subparsers: Any) -> None:
     """Register the ``eval`` sub-command."""
@@ -34,6 +36,7 @@ def add_parser(subparsers: Any) -> None:
         help="ALFWorld splits (with --alfworld-root)",
     )
     parser.add_argument("--per-split", type=int, default=None, help="ALFWorld games per split (default: all)")
+    add_import_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -46,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from tempo_rl.training.config import ConfigError
     from tempo_rl.training.evaluate import EVAL_SUMMARY_FILE, alfworld_games, evaluate_run
 
+    if not import_user_modules("eval", getattr(args, "imports", [])):
+        return 1
     if args.episodes is not None and args.episodes < 1:
         print("tempo-rl eval: --episodes must be >= 1", file=sys.stderr)
         return 1

@@ -42,7 +42,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     p.add_argument(
-        "--overwrite", action="store_true", help="delete an existing run in the run directory and start anew"
+        "--overwrite",
+        action="store_true",
+        help="start anew in a run directory that holds a run: the old run is moved aside to "
+        "RUN_DIR.replaced-<UTC time> (never deleted)",
     )
     p.add_argument("--max-updates", type=int, default=None, help="stop after this many updates (resumable)")
     p.add_argument("--quiet", action="store_true", help="no console output")
@@ -52,19 +55,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``tempo-rl train``; returns the exit code (2 for an invalid config)."""
+    """Run ``tempo-rl train``; returns the exit code: 0 done, 2 an invalid config or an unusable run directory
+    (the message names the problem and the fix; nothing was written), 130 interrupted (Ctrl-C; the run stays
+    resumable from its last checkpoint)."""
     from tempo_rl.training.config import ConfigError, load_config
     from tempo_rl.training.run import DEFAULT_CONFIG, train_run
 
     if not import_user_modules("train", getattr(args, "imports", [])):
         return 2
     console = False if args.quiet else None
+    run_dir: Path | None = None
     try:
         if args.resume is not None:
             if args.config is not None:
                 raise ConfigError(
                     "--resume continues a run with its own config.toml; do not pass --config too"
                 )
+            if args.overwrite:
+                raise ConfigError("--overwrite starts a new run; it cannot be combined with --resume")
             train_run(
                 args.resume,
                 resume=True,
@@ -80,8 +88,16 @@ def run(args: argparse.Namespace) -> int:
             config = config.model_copy(
                 update={"run": config.run.model_copy(update={"run_dir": str(run_dir)})}
             )
-        train_run(run_dir, config, max_updates=args.max_updates, console=console)
+        train_run(run_dir, config, max_updates=args.max_updates, console=console, overwrite=args.overwrite)
         return 0
     except ConfigError as exc:
         print(f"tempo-rl train: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        where = args.resume if args.resume is not None else run_dir
+        hint = f": tempo-rl train --resume {where}" if where is not None else ""
+        print(
+            f"tempo-rl train: interrupted; the run stays resumable from its last checkpoint{hint}",
+            file=sys.stderr,
+        )
+        return 130

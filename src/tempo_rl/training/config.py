@@ -26,7 +26,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tempo_rl.backends.config import BackendConfig, LocalBackendConfig
 from tempo_rl.envs.snapshot import EnvSpec
@@ -56,7 +64,20 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: every float field rejects inf and NaN (optim.learning_rate=inf)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _integers_are_integers(cls, value: Any, info: ValidationInfo) -> Any:
+        """An int field takes an int, not a float that happens to be whole (``tempo.td_updates=1e24``)."""
+        if isinstance(value, float) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if annotation in (int, int | None):
+                raise ValueError(
+                    f"must be an integer, got {value!r}; write it without a decimal point or exponent"
+                )
+        return value
 
 
 class EnvConfig(_Model):
@@ -565,6 +586,11 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(
+                f"config path {str(p)!r} is a directory; pass a .toml file to --config (e.g. one of "
+                "examples/configs/), or resume a run directory with --resume"
+            )
         if not p.is_file():
             raise ConfigError(
                 f"config file {str(p)!r} does not exist; pass an existing .toml file to --config"
@@ -573,6 +599,11 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
             data = tomllib.loads(p.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); TOML files must be "
+                "UTF-8: re-save it as UTF-8"
+            ) from None
     return validate_config(apply_overrides(data, overrides))
 
 

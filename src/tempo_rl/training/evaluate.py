@@ -24,6 +24,7 @@ import asyncio
 import json
 import math
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ import numpy as np
 
 from tempo_rl.envs.snapshot import EnvSpec
 from tempo_rl.rollout.tool_call import INVALID_ACTION
+from tempo_rl.training.checkpoint import atomic_write_text
 
 __all__ = [
     "EVAL_SUMMARY_FILE",
@@ -269,15 +271,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def write_eval_outputs(
     out_dir: Path | str, records: Sequence[EpisodeRecord], summary: Mapping[str, Any], **meta: Any
 ) -> tuple[Path, Path]:
@@ -293,8 +286,8 @@ def write_eval_outputs(
     lines.append(json.dumps(summary_record, ensure_ascii=False))
     traj = out / EVAL_TRAJECTORIES_FILE
     summ = out / EVAL_SUMMARY_FILE
-    _atomic_write(traj, "\n".join(lines) + "\n")
-    _atomic_write(summ, json.dumps(summary_record, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(traj, "\n".join(lines) + "\n")
+    atomic_write_text(summ, json.dumps(summary_record, indent=2, ensure_ascii=False) + "\n")
     return traj, summ
 
 
@@ -387,7 +380,7 @@ def evaluate_run(
     out_dir: Path | str | None = None,
     batch_size: int = 8,
 ) -> dict[str, Any]:
-    """Evaluate the latest checkpoint of a run (or its initial policy when it has none) and write the outputs.
+    """Evaluate the newest verified checkpoint of a run and write the outputs.
 
     Args:
         run_dir: a run directory made by ``tempo-rl train``.
@@ -399,6 +392,11 @@ def evaluate_run(
 
     Returns:
         The summary record (also written to ``eval_summary.json``).
+
+    Raises:
+        ConfigError: ``run_dir`` is not a run directory, or has no checkpoint yet (a run killed before its
+            first checkpoint has nothing trained to evaluate).
+        CheckpointError: the run has checkpoints but none verifies.
     """
     from tempo_rl.training.checkpoint import latest_checkpoint
     from tempo_rl.training.config import ConfigError, load_config
@@ -411,13 +409,20 @@ def evaluate_run(
         raise ConfigError(f"{run_path} has no {CONFIG_FILE}; pass a run directory made by `tempo-rl train`")
     config = load_config(cfg_file)
     checkpoint = latest_checkpoint(run_path)
-    state = TrainerState.from_json(checkpoint.trainer_state) if checkpoint is not None else None
+    if checkpoint is None:
+        raise ConfigError(
+            f"{run_path} has no checkpoint yet (the run stopped before its first one), so there is no trained "
+            f"policy to evaluate; continue it with `tempo-rl train --resume {run_path}` first"
+        )
+    for note in checkpoint.notes:
+        print(f"tempo-rl: {note}", file=sys.stderr, flush=True)
+    state = TrainerState.from_json(checkpoint.trainer_state)
     trainer = build_trainer(
         config,
         run_path,
         resume=True,
         state=state,
-        backend_state=checkpoint.backend_state if checkpoint is not None else None,
+        backend_state=checkpoint.backend_state,
     )
     try:
         if games is None:
@@ -441,7 +446,7 @@ def evaluate_run(
     finally:
         trainer.c.store.close()
         trainer.c.pool.close()
-    update = checkpoint.update if checkpoint is not None else 0
+    update = checkpoint.update
     out = Path(out_dir) if out_dir is not None else run_path / "eval" / f"update-{update:06d}"
     summary = summarize_episodes(records)
     meta = {"run_dir": str(run_path), "update": update, "temperature": temp}

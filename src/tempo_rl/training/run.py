@@ -1,62 +1,74 @@
-"""A training run on disk: build everything from a config, train, checkpoint, resume.
+"""The composition root of a training run: build everything from a config, and train (or resume) in a run
+directory.
 
-Run directory layout::
+:func:`build_trainer` wires the clients, critic, store and env workers of a config into a trainer;
+:func:`train_run` runs it in a run directory. The directory's I/O (layout, lock, checkpoints, resume) lives in
+:mod:`tempo_rl.training.rundir` and :mod:`tempo_rl.training.checkpoint`, the checks made before the first file
+is written in :mod:`tempo_rl.training.preflight`, and the console and summary formatting in
+:mod:`tempo_rl.training.summary`.
 
-    RUN_DIR/
-      config.toml          the validated config (resume reads it back)
-      metrics.jsonl        one JSON record per update (tempo_rl.training.metrics)
-      trajectories.jsonl   one record per played branch / episode
-      store.sqlite         the StateStore (live)
-      tokenizer/           the offline tokenizer (local backend)
-      checkpoints/         update_<u>/ {backend.pt, store.sqlite, checkpoint.json} + LATEST
-      summary.json         the end-of-run summary
-
-:func:`train_run` starts a new run or (``resume=True``) continues the one in ``RUN_DIR`` from its latest
-checkpoint: the store file is rolled back to the checkpoint's copy, ``metrics.jsonl`` / ``trajectories.jsonl``
-are truncated to their length at the checkpoint, weights and optimizer state are reloaded, the trainer state
-(update counter, policy version, data cursor, RNG) is restored; the next update is the first one not in the
-checkpoint, so no update is lost or repeated.
+:func:`train_run` starts a new run or (``resume=True``) continues the one in ``RUN_DIR`` from its newest
+verified checkpoint: the store file is rolled back to the checkpoint's copy, ``metrics.jsonl`` /
+``trajectories.jsonl`` are truncated to their length at the checkpoint, weights and optimizer state are
+reloaded, the trainer state (update counter, policy version, data cursor, RNG) is restored; the next update is
+the first one not in the checkpoint, so no update is lost or repeated.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
-import os
-import shutil
-import threading
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tempo_rl.backends.types import SamplingParams
-from tempo_rl.critic.base import CriticQuery
 from tempo_rl.critic.generative import GenerativeCritic
 from tempo_rl.critic.privileged import warn_missing_privileged_info
-from tempo_rl.critic.prompt import build_critic_messages
-from tempo_rl.envs import ForkCache, make, restore_branches
+from tempo_rl.envs import ForkCache
 from tempo_rl.envs.snapshot import EnvSpec, Snapshot
-from tempo_rl.rollout.prompts import build_actor_messages, format_observation
 from tempo_rl.rollout.renderer import ChatRenderer
-from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
-from tempo_rl.training.checkpoint import atomic_write_text, latest_checkpoint, save_checkpoint
+from tempo_rl.rollout.tool_call import ToolCallParser
+from tempo_rl.training.checkpoint import atomic_write_text, save_checkpoint
 from tempo_rl.training.config import ConfigError, TrainConfig, load_config
-from tempo_rl.training.metrics import nanmean as _nanmean
+from tempo_rl.training.corpus import env_corpus
+from tempo_rl.training.env_calls import FORK_CACHE_LOCK, locked_restore_branches, make_env_at_reset
+from tempo_rl.training.preflight import preflight
+from tempo_rl.training.rundir import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    STORE_FILE,
+    SUMMARY_FILE,
+    TOKENIZER_DIR,
+    TRAJECTORIES_FILE,
+    JsonlWriter,
+    RunDirError,
+    RunLock,
+    check_run_dir,
+    file_size,
+    move_aside,
+    prepare_resume,
+)
 from tempo_rl.training.store import StateStore
+from tempo_rl.training.summary import console_line, format_summary, summarize, summary_json
 from tempo_rl.training.trainer import MacroStepTrainer, TrainerState
 from tempo_rl.training.types import TrainerComponents
 
 __all__ = [
     "CONFIG_FILE",
     "DEFAULT_CONFIG",
+    "FORK_CACHE_LOCK",
     "METRICS_FILE",
+    "SUMMARY_FILE",
     "TRAJECTORIES_FILE",
+    "RunDirError",
     "build_trainer",
+    "check_run_dir",
+    "console_line",
     "env_corpus",
     "env_workers",
+    "format_summary",
+    "locked_restore_branches",
+    "make_env_at_reset",
     "summarize",
     "train_run",
 ]
@@ -64,85 +76,6 @@ __all__ = [
 #: The built-in offline main job (``tempo-rl train`` without ``--config``); the same file ships as
 #: ``examples/configs/keydoor_local.toml``.
 DEFAULT_CONFIG = Path(__file__).with_name("main_job.toml")
-
-CONFIG_FILE = "config.toml"
-METRICS_FILE = "metrics.jsonl"
-TRAJECTORIES_FILE = "trajectories.jsonl"
-STORE_FILE = "store.sqlite"
-SUMMARY_FILE = "summary.json"
-TOKENIZER_DIR = "tokenizer"
-
-
-# ------------------------------------------------------------------------------------------------ env helpers
-
-
-#: Restores that share one :class:`~tempo_rl.envs.ForkCache` are serialised: the cache is not thread-safe.
-#: Env construction needs no lock (the TextWorld/ALFWorld adapters load games thread-safely), and steps on
-#: live envs run concurrently in the worker pool.
-FORK_CACHE_LOCK = threading.RLock()
-
-
-def make_env_at_reset(spec: EnvSpec, seed: int) -> Any:
-    """A live :class:`~tempo_rl.envs.RecordedEnv` of ``spec`` reset with ``seed`` (thread-safe)."""
-    env = make(spec)
-    env.reset(seed)
-    return env
-
-
-def locked_restore_branches(snapshot: Snapshot, n: int, cache: ForkCache | None = None) -> list[Any]:
-    """:func:`tempo_rl.envs.restore_branches`, under :data:`FORK_CACHE_LOCK` when ``cache`` is given."""
-    if cache is None:
-        return restore_branches(snapshot, n)
-    with FORK_CACHE_LOCK:
-        return restore_branches(snapshot, n, cache=cache)
-
-
-def env_corpus(config: TrainConfig, games: int = 24, seed: int = 0) -> list[str]:
-    """Texts the local tokenizer is trained on: what the actor and the critic will read and write.
-
-    Plays ``games`` training games (the walkthrough, with random admissible actions mixed in) and collects the
-    actor prompts, observation turns, tool calls of every admissible action, critic prompts (with the env's
-    privileged information) and every value string ``<value>0.0</value>`` ... ``<value>1.0</value>``.
-    """
-    rng = np.random.default_rng(seed)
-    parser_tool = ToolCallParser().tool_name
-    texts: list[str] = []
-    for g in range(games):
-        env = make_env_at_reset(*config.env.train_game(g))
-        obs = env.last_observation
-        initial = obs.text
-        task = str(obs.info.get("task", "")) if obs.info else ""
-        texts.extend(m["content"] for m in build_actor_messages(obs, tool_name=parser_tool))
-        plan = list(env.walkthrough() or ())
-        history: list[tuple[str, str]] = []
-        for step in range(config.tempo.max_rounds):
-            admissible = list(obs.admissible_actions or ())
-            if plan and (rng.random() > 0.3 or not admissible):
-                action = plan.pop(0)
-            elif admissible:
-                action = admissible[int(rng.integers(len(admissible)))]
-            else:
-                break
-            texts.append(format_tool_call(action, parser_tool))
-            texts.extend(format_tool_call(a, parser_tool) for a in admissible)
-            result = env.step(action)
-            obs = result.observation
-            history.append((action, obs.text))
-            texts.append(format_observation(obs, remaining_steps=config.tempo.max_rounds - step - 1))
-            if result.terminated or result.truncated:
-                break
-        query = CriticQuery(
-            task=task,
-            history=history,
-            initial_observation=initial,
-            privileged_info=env.privileged_info(),
-            remaining_steps=3,
-            r_max=config.tempo.r_max,
-        )
-        texts.extend(m["content"] for m in build_critic_messages(query))
-        env.close()
-    texts.extend(f"<value>{v / 10:.1f}</value>" for v in range(11))
-    return texts
 
 
 # ------------------------------------------------------------------------------------------------ clients
@@ -298,95 +231,30 @@ def build_trainer(
     return GrpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
 
 
-# ------------------------------------------------------------------------------------------------ files
-
-
-def _truncate(path: Path, size: int) -> None:
-    if path.exists() and path.stat().st_size > size:
-        with open(path, "r+b") as fh:
-            fh.truncate(size)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-
-class _JsonlWriter:
-    """Appends JSON lines, flushed and fsync'ed per batch."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def write(self, records: Sequence[Mapping[str, Any]]) -> None:
-        for rec in records:
-            self._fh.write(json.dumps(rec, default=_json_default, allow_nan=True) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def _file_size(path: Path) -> int:
-    return path.stat().st_size if path.exists() else 0
-
-
 # ------------------------------------------------------------------------------------------------ run
 
 
-class RunDirError(ConfigError):
-    """The run directory cannot hold a run (not creatable, not writable, or too little free disk). Raised
-    before anything is trained, with the path and the fix in the message."""
+def _load_resume_config(run_path: Path, overrides: Iterable[str]) -> TrainConfig:
+    cfg_file = run_path / CONFIG_FILE
+    if not cfg_file.is_file():
+        raise ConfigError(f"{run_path} has no {CONFIG_FILE}; it is not a tempo-rl run directory to resume")
+    return load_config(cfg_file, overrides)
 
 
-def check_run_dir(path: Path, *, min_free_mb: float) -> None:
-    """Fail fast, before training starts, when ``path`` cannot hold a run.
+def _remove_new_entries(run_path: Path, before: set[str] | None) -> None:
+    """Undo a new run's setup: remove what it created in ``run_path`` (all of it when it created the directory,
+    ``before is None``), so that a fixed retry finds the directory as it was."""
+    import shutil
 
-    Creates ``path`` (with parents), writes and fsyncs a 4 KiB probe file in it, removes it, and checks that
-    at least ``min_free_mb`` MiB (2**20 bytes) are free on its file system.
-
-    Raises:
-        RunDirError: ``path`` is a file, cannot be created or written, or its disk has too little free space.
-    """
-    if path.exists() and not path.is_dir():
-        raise RunDirError(
-            f"run directory {str(path)!r} exists and is not a directory; choose another run.run_dir"
-        )
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunDirError(
-            f"cannot create the run directory {str(path)!r}: {exc.strerror or exc}; choose a writable "
-            "run.run_dir (--run-dir) or fix the permissions of its parent"
-        ) from None
-    probe = path / f".write-probe-{os.getpid()}"
-    try:
-        with open(probe, "wb") as fh:
-            fh.write(b"\0" * 4096)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as exc:
-        raise RunDirError(
-            f"the run directory {str(path)!r} is not writable ({exc.strerror or exc}); choose a writable "
-            "run.run_dir (--run-dir), fix its permissions or free disk space"
-        ) from None
-    finally:
-        with contextlib.suppress(OSError):  # the write error above is the one to report
-            probe.unlink(missing_ok=True)
-    free = shutil.disk_usage(path).free
-    if free < min_free_mb * 2**20:
-        raise RunDirError(
-            f"only {free / 2**20:.1f} MiB free on the disk of the run directory {str(path)!r}, below "
-            f"run.min_free_disk_mb = {min_free_mb:g}; free disk space, choose another run.run_dir or lower "
-            "run.min_free_disk_mb"
-        )
+    if before is None:
+        shutil.rmtree(run_path, ignore_errors=True)
+        return
+    for entry in run_path.iterdir():
+        if entry.name not in before:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
 
 def train_run(
@@ -398,74 +266,118 @@ def train_run(
     max_updates: int | None = None,
     console: bool | None = None,
     service_client: Any = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Train (or resume) the run in ``run_dir``; return the end-of-run summary.
+
+    Before the first file is written, the config is checked against its env and backend
+    (:func:`tempo_rl.training.preflight.preflight`) and the directory against the disk
+    (:func:`~tempo_rl.training.rundir.check_run_dir`). The run then holds the directory's lock
+    (:class:`~tempo_rl.training.rundir.RunLock`) until it returns or raises. A new run whose setup fails (before
+    its first update) removes what it created, leaving the directory as it was.
 
     Args:
         run_dir: the run directory (created for a new run).
         config: the config of a new run (ignored on resume, where ``run_dir/config.toml`` is read back and
             ``overrides`` applied to it).
-        resume: continue from the latest checkpoint.
+        resume: continue from the newest verified checkpoint.
         overrides: ``key=value`` overrides applied on resume (e.g. more ``tempo.td_updates``).
         max_updates: stop after this many updates (tests; the run stays resumable).
         console: print progress (default: ``config.run.console``).
         service_client: PyTRIO / Tinker only: use this ``ServiceClient`` (e.g. a recording stub).
+        overwrite: a new run into a directory that holds one moves the old run aside to
+            ``<run_dir>.replaced-<UTC time>`` first (:func:`~tempo_rl.training.rundir.move_aside`).
 
     Raises:
-        ConfigError: a new run into a directory that already holds a run (use ``resume``), or a resume of a
-            directory without ``config.toml``.
+        ConfigError: an invalid config for its env or backend, a new run into a directory that already holds a
+            run (use ``resume`` or ``overwrite``), a resume of a directory without ``config.toml``.
+        RunDirError: the directory is unusable, in use by another process (the message names its pid), or
+            its checkpoints or logs are damaged beyond a fallback (nothing is changed then).
     """
     run_path = Path(run_dir)
-    cfg_file = run_path / CONFIG_FILE
     if resume:
-        if not cfg_file.is_file():
-            raise ConfigError(
-                f"{run_path} has no {CONFIG_FILE}; it is not a tempo-rl run directory to resume"
-            )
-        config = load_config(cfg_file, overrides)
-        check_run_dir(run_path, min_free_mb=config.run.min_free_disk_mb)
-    else:
-        if config is None:
-            raise ConfigError("a new run needs a config (or pass resume=True)")
-        if cfg_file.exists():
-            raise ConfigError(
-                f"{run_path} already holds a run; resume it with `tempo-rl train --resume {run_path}` or choose "
-                "another run.run_dir"
-            )
-        check_run_dir(run_path, min_free_mb=config.run.min_free_disk_mb)
-        atomic_write_text(cfg_file, config.to_toml())
+        config = _load_resume_config(run_path, overrides)
+    elif config is None:
+        raise ConfigError("a new run needs a config (or pass resume=True)")
     assert config is not None
-    show = config.run.console if console is None else console
+    preflight(config)
+    if not resume and overwrite:
+        aside = move_aside(run_path)
+        if aside is not None:
+            print(
+                f"tempo-rl: moved the existing run {run_path} aside to {aside}", file=sys.stderr, flush=True
+            )
+    before = {p.name for p in run_path.iterdir()} if run_path.is_dir() else None
+    check_run_dir(run_path, min_free_mb=config.run.min_free_disk_mb)
+    with RunLock(run_path):
+        if resume:
+            return _train_locked(run_path, config, True, max_updates, console, service_client, None)
+        if (run_path / CONFIG_FILE).exists():
+            raise ConfigError(
+                f"{run_path} already holds a run; resume it with `tempo-rl train --resume {run_path}`, move it aside "
+                "with --overwrite, or choose another run.run_dir"
+            )
+        try:
+            return _train_locked(run_path, config, False, max_updates, console, service_client, before)
+        except _SetupFailed as failed:
+            _remove_new_entries(run_path, before)
+            raise failed.error from failed.error.__cause__
 
-    checkpoint = latest_checkpoint(run_path) if resume else None
+
+class _SetupFailed(Exception):
+    """A new run's setup (before its first update) failed with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _train_locked(
+    run_path: Path,
+    config: TrainConfig,
+    resume: bool,
+    max_updates: int | None,
+    console: bool | None,
+    service_client: Any,
+    before: set[str] | None,
+) -> dict[str, Any]:
+    """:func:`train_run` once the lock is held."""
+    show = config.run.console if console is None else console
     state: TrainerState | None = None
     backend_state: str | None = None
-    if checkpoint is not None:
-        _truncate(run_path / METRICS_FILE, checkpoint.offsets.get(METRICS_FILE, 0))
-        _truncate(run_path / TRAJECTORIES_FILE, checkpoint.offsets.get(TRAJECTORIES_FILE, 0))
-        if checkpoint.store_path is not None:
-            StateStore.restore_file(checkpoint.store_path, run_path / STORE_FILE)
-        state = TrainerState.from_json(checkpoint.trainer_state)
-        backend_state = checkpoint.backend_state
-        if show:
-            print(f"resuming {run_path} after update {checkpoint.update}", flush=True)
-    elif resume:  # died before its first checkpoint: start over in place
-        for name in (METRICS_FILE, TRAJECTORIES_FILE):
-            _truncate(run_path / name, 0)
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(run_path / STORE_FILE) + suffix).unlink(missing_ok=True)
-        shutil.rmtree(run_path / "checkpoints", ignore_errors=True)
+    if resume:
+        point = prepare_resume(run_path)
+        for note in point.notes:
+            print(f"tempo-rl: {note}", file=sys.stderr, flush=True)
+        checkpoint = point.checkpoint
+        if checkpoint is not None:
+            state = TrainerState.from_json(checkpoint.trainer_state)
+            backend_state = checkpoint.backend_state
+            if show or point.notes:
+                print(
+                    f"resuming {run_path} from {checkpoint.path.name} (after update {checkpoint.update})",
+                    flush=True,
+                )
+        elif show:
+            print(f"{run_path} has no checkpoint yet: starting it over in place", flush=True)
 
     from tempo_rl.training.metrics import MetricsLogger
 
-    logger = MetricsLogger(
-        run_path,
-        swanlab=config.run.swanlab,
-        wandb=config.run.wandb,
-        project=config.run.project,
-        console=show,
-    )
-    trajectories = _JsonlWriter(run_path / TRAJECTORIES_FILE)
+    try:
+        if not resume:
+            atomic_write_text(run_path / CONFIG_FILE, config.to_toml())
+        logger = MetricsLogger(
+            run_path,
+            swanlab=config.run.swanlab,
+            wandb=config.run.wandb,
+            project=config.run.project,
+            console=show,
+        )
+    except Exception as exc:
+        if resume:
+            raise
+        raise _SetupFailed(exc) from exc
+    trajectories = JsonlWriter(run_path / TRAJECTORIES_FILE)
 
     def log(step: int, metrics: Mapping[str, float]) -> None:
         logger.log(step, metrics)
@@ -473,16 +385,23 @@ def train_run(
             print(console_line(step, metrics), flush=True)
 
     warn_missing_privileged_info(config.env)  # before the first update: games without it are named
-    trainer = build_trainer(
-        config,
-        run_path,
-        resume=resume,
-        log=log,
-        write_trajectories=trajectories.write if config.run.save_trajectories else None,
-        state=state,
-        backend_state=backend_state,
-        service_client=service_client,
-    )
+    try:
+        trainer = build_trainer(
+            config,
+            run_path,
+            resume=resume,
+            log=log,
+            write_trajectories=trajectories.write if config.run.save_trajectories else None,
+            state=state,
+            backend_state=backend_state,
+            service_client=service_client,
+        )
+    except Exception as exc:
+        logger.close()
+        trajectories.close()
+        if resume:
+            raise
+        raise _SetupFailed(exc) from exc
 
     def checkpoint_now(t: MacroStepTrainer) -> None:
         # the live RNG may have moved since the last update (the warm start draws demonstrations and their
@@ -495,8 +414,8 @@ def train_run(
             training_client=t.c.training_client,
             store=t.c.store,
             offsets={
-                METRICS_FILE: _file_size(run_path / METRICS_FILE),
-                TRAJECTORIES_FILE: _file_size(run_path / TRAJECTORIES_FILE),
+                METRICS_FILE: file_size(run_path / METRICS_FILE),
+                TRAJECTORIES_FILE: file_size(run_path / TRAJECTORIES_FILE),
             },
         )
 
@@ -530,133 +449,7 @@ def train_run(
     summary = summarize(run_path / METRICS_FILE)
     summary["updates_done"] = trainer.state.update
     summary["run_dir"] = str(run_path)
-    atomic_write_text(run_path / SUMMARY_FILE, json.dumps(summary, indent=1, default=_json_default))
+    atomic_write_text(run_path / SUMMARY_FILE, summary_json(summary))
     if show:
         print(format_summary(summary), flush=True)
     return summary
-
-
-# ------------------------------------------------------------------------------------------------ summary
-
-_CONSOLE_KEYS = (
-    ("critic/abs_error_mean", "critic_err"),
-    ("critic/parse_failure_rate", "parse_fail"),
-    ("critic/value_corr", "v_corr"),
-    ("warmup/success_rate", "warm_succ"),
-    ("actor/terminal_won_rate", "won"),
-    ("actor/degenerate_group_rate", "degen"),
-    ("td/reused_states", "reused"),
-    ("td/fresh_states", "fresh"),
-    ("store/size", "store"),
-    ("eval/success_rate", "EVAL_SUCC"),
-    ("warmstart/loss_last", "ws_loss"),
-    ("time/update_seconds", "sec"),
-)
-
-
-def console_line(step: int, metrics: Mapping[str, float]) -> str:
-    """One short console line per update."""
-    phase = {0.0: "warm-up", 1.0: "TD", 2.0: "GRPO"}.get(float(metrics.get("train/phase", -1.0)), "start")
-    parts = [f"[{step:>3}] {phase:<7}"]
-    for key, short in _CONSOLE_KEYS:
-        value = metrics.get(key)
-        if isinstance(value, int | float) and not math.isnan(value):
-            parts.append(f"{short}={value:.3g}")
-    return " ".join(parts)
-
-
-def _read_metrics(path: Path) -> list[dict[str, Any]]:
-    records = []
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            line = line.strip()
-            if line:
-                records.append(json.loads(line))
-    return records
-
-
-def _metric(record: Mapping[str, Any], key: str) -> float:
-    value = record.get(key)
-    if value is None and isinstance(record.get("metrics"), Mapping):
-        value = record["metrics"].get(key)
-    return float(value) if isinstance(value, int | float) else math.nan
-
-
-def summarize(metrics_path: Path) -> dict[str, Any]:
-    """The end-of-run summary from ``metrics.jsonl``: critic error first vs last warm-up update, the correlation
-    of its estimates with their targets (per warm-up update; TD mean, NaN-skipping), the TD
-    success curve (eval success where evaluated, else the terminal-won rate of TD branches), states reused."""
-    records = _read_metrics(metrics_path)
-    warm = [r for r in records if _metric(r, "train/phase") == 0.0]
-    td = [r for r in records if _metric(r, "train/phase") == 1.0]
-    grpo = [r for r in records if _metric(r, "train/phase") == 2.0]
-    err = [_metric(r, "critic/abs_error_mean") for r in warm]
-    eval_records = [r for r in records if not math.isnan(_metric(r, "eval/success_rate"))]
-    evals = [(int(r.get("step", 0)), _metric(r, "eval/success_rate")) for r in eval_records]
-    return {
-        "updates": len(warm) + len(td) + len(grpo),
-        "warmup_updates": len(warm),
-        "td_updates": len(td),
-        "grpo_updates": len(grpo),
-        "grpo_success_rate": [_metric(r, "grpo/success_rate") for r in grpo],
-        "critic_abs_error_first_warmup": err[0] if err else math.nan,
-        "critic_abs_error_last_warmup": err[-1] if err else math.nan,
-        "critic_abs_error_warmup": err,
-        "critic_abs_error_td_last": _metric(td[-1], "critic/abs_error_mean") if td else math.nan,
-        "critic_value_corr_warmup": [_metric(r, "critic/value_corr") for r in warm],
-        "critic_value_corr_td_mean": _nanmean([_metric(r, "critic/value_corr") for r in td]),
-        "td_terminal_won_rate": [_metric(r, "actor/terminal_won_rate") for r in td],
-        "eval_success": evals,
-        "eval_games": _metric(eval_records[-1], "eval/episodes") if eval_records else math.nan,
-        "eval_success_first": evals[0][1] if evals else math.nan,
-        "eval_success_last": evals[-1][1] if evals else math.nan,
-        "states_reused_total": _metric(td[-1], "td/reused_states_total") if td else 0.0,
-        "store_size": _metric(records[-1], "store/size") if records else math.nan,
-    }
-
-
-def format_summary(summary: Mapping[str, Any]) -> str:
-    """A short human-readable end-of-run summary."""
-
-    def f(x: Any) -> str:
-        return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
-
-    lines = [
-        "== tempo-rl run summary ==",
-        f"updates: {summary.get('updates')} ({summary.get('warmup_updates')} warm-up, {summary.get('td_updates')} TD, "
-        f"{summary.get('grpo_updates')} GRPO)",
-        f"critic abs error, warm-up: first {f(summary.get('critic_abs_error_first_warmup'))} -> last "
-        f"{f(summary.get('critic_abs_error_last_warmup'))}; last TD {f(summary.get('critic_abs_error_td_last'))}",
-    ]
-    err = summary.get("critic_abs_error_warmup") or []
-    if err:
-        lines.append("critic abs error per warm-up update: " + " ".join(f(x) for x in err))
-    corr = summary.get("critic_value_corr_warmup") or []
-    if corr:
-        blocks = [_nanmean(corr[i : i + 5]) for i in range(0, len(corr), 5)]
-        lines.append(
-            "critic value correlation with its targets, warm-up, mean per 5 updates: "
-            + " ".join(f(x) for x in blocks)
-            + f"; TD mean {f(summary.get('critic_value_corr_td_mean'))}"
-        )
-    evals = summary.get("eval_success") or []
-    if evals:
-        games = summary.get("eval_games")
-        n = f"{games:.0f}" if isinstance(games, int | float) and not math.isnan(games) else "?"
-        first, last = evals[0][1], evals[-1][1]
-        lines.append(
-            f"actor eval success on {n} held-out games, by updates done (u0 = after the warm start): "
-            + ", ".join(f"u{s}={v:.2f}" for s, v in evals)
-            + f"; first {first:.2f} -> last {last:.2f} ({last - first:+.2f})"
-        )
-    won = summary.get("td_terminal_won_rate") or []
-    if won:
-        lines.append("TD branch success: " + " ".join(f(x) for x in won))
-    grpo = summary.get("grpo_success_rate") or []
-    if grpo:
-        lines.append("GRPO episode success: " + " ".join(f(x) for x in grpo))
-    lines.append(
-        f"stored states restored and reused in TD: {f(summary.get('states_reused_total'))}; "
-        f"store size {f(summary.get('store_size'))}"
-    )
-    return "\n".join(lines)

@@ -457,15 +457,19 @@ class TempoTrainer(MacroStepTrainer):
 
     async def td_starts(self) -> tuple[list[StartState], int]:
         """This update's starts (restored stored states, then fresh games; see :func:`choose_starts`) and how
-        many stored states failed to restore (quarantined, dropped)."""
+        many stored states diverged on replay (quarantined, dropped; a restore that crashed is dropped and
+        counted in ``starts/restore_failures`` instead)."""
         t = self.config.tempo
         n_fresh, n_stored = choose_starts(t, len(self.c.store))
         stored = self.c.store.sample(n_stored, self.rng) if n_stored > 0 else []
         n_fresh = t.states_per_batch - len(stored)
         games = [self.next_fresh_game() for _ in range(n_fresh)]
+        crashed = self.restore_failures
         restored = await asyncio.gather(*(self.restore_start(s, t.branches) for s in stored))
+        crashed = self.restore_failures - crashed  # restores that crashed are not divergences
         fresh, _failed = await self.fresh_starts(t.branches, games)
-        return [r for r in restored if r is not None] + list(fresh), sum(1 for r in restored if r is None)
+        diverged = sum(1 for r in restored if r is None) - crashed
+        return [r for r in restored if r is not None] + list(fresh), diverged
 
     async def td_actor_datums(
         self,

@@ -156,6 +156,9 @@ class MacroStepTrainer(abc.ABC):
         self._on_update_end = on_update_end
         self._write_trajectories = write_trajectories
         self.fresh_start_failures = 0  # fresh games whose build/reset failed (dropped, counted)
+        self.restore_failures = (
+            0  # stored states whose restore crashed (dropped this update, not quarantined)
+        )
         self._reference: SamplingClient | None = None  # the KL anchor's frozen policy (kl.coef > 0)
         self._runner: asyncio.Runner | None = None
         self.privileged = PrivilegedInfoTally()  # critic/privileged_info_rate over each update's starts
@@ -220,6 +223,8 @@ class MacroStepTrainer(abc.ABC):
         (``workers/...``), backend retries (``backend/...``) and the local sampler's prompt prefill and prefix
         cache (``sampling/...``), from components that keep them."""
         out: dict[str, float] = {"starts/fresh_start_failures": float(self.fresh_start_failures)}
+        if self.restore_failures:  # only once it happened: a normal run's metrics keep their names
+            out["starts/restore_failures"] = float(self.restore_failures)
         tc = self.c.training_client
         for source in (
             getattr(self.c.pool, "stats", None),
@@ -320,10 +325,19 @@ class MacroStepTrainer(abc.ABC):
         return starts, failed
 
     async def restore_start(self, state: StoredState, n: int) -> StartState | None:
-        """Restore ``n`` verified branches of a stored state; a divergence quarantines it and returns None."""
+        """Restore ``n`` verified branches of a stored state; None when it cannot be used this update.
+
+        A replay divergence (or a snapshot of another env) quarantines the state for good, with the diff; a
+        crash of the env during the restore only drops it for this update (counted in ``restore_failures``):
+        the state itself is sound and may restore next time."""
+        from tempo_rl.envs.restore import ReplayDivergenceError, SnapshotMismatchError
+
         try:
             envs = await asyncio.to_thread(self.c.restore_branches, state.snapshot, n)
         except Exception as exc:  # ReplayDivergenceError or an env crash: drop this state, count it
+            if not isinstance(exc, ReplayDivergenceError | SnapshotMismatchError):
+                self.restore_failures += 1
+                return None
             diff = None
             if hasattr(exc, "expected") and hasattr(exc, "actual"):  # ReplayDivergenceError: keep its diff
                 from tempo_rl.envs.restore import text_diff

@@ -35,9 +35,11 @@ import numpy as np
 from tempo_rl.backends.types import AdamParams, Datum
 from tempo_rl.critic.base import CriticQuery
 from tempo_rl.envs.snapshot import EnvSpec
+from tempo_rl.envs.workers import EnvWorkerError
 from tempo_rl.rollout.datums import SequenceBuilder, sft_datum
 from tempo_rl.rollout.prompts import OBSERVATION_ROLE, build_actor_messages, format_observation
 from tempo_rl.rollout.tool_call import format_tool_call
+from tempo_rl.training.env_calls import GuardedEnvCalls
 
 if TYPE_CHECKING:  # pragma: no cover
     from tempo_rl.training.trainer import MacroStepTrainer
@@ -46,14 +48,26 @@ __all__ = ["demonstration_datums", "warm_start"]
 
 
 def demonstration_datums(
-    trainer: MacroStepTrainer, game: tuple[EnvSpec, int], rng: np.random.Generator
+    trainer: MacroStepTrainer,
+    game: tuple[EnvSpec, int],
+    rng: np.random.Generator,
+    calls: GuardedEnvCalls | None = None,
 ) -> list[Datum]:
     """The actor Datum of one (noisy) expert demonstration on ``game = (spec, seed)``, plus (sometimes) one
     critic format Datum.
 
+    Every env call goes through the trainer's worker pool (``calls``, default: a new
+    :meth:`GuardedEnvCalls.beside <tempo_rl.training.env_calls.GuardedEnvCalls.beside>` ``trainer.c.pool``),
+    with its step deadline.
+
     Raises:
         ValueError: the env offers no walkthrough (a warm start needs an expert).
+        tempo_rl.envs.workers.EnvWorkerError: an env call raised or timed out (:func:`warm_start` drops
+            the demo and counts it).
     """
+    if calls is None:
+        with GuardedEnvCalls.beside(trainer.c.pool) as own:
+            return demonstration_datums(trainer, game, rng, own)
     cfg = trainer.config
     chat = trainer.c.chat
     tokenizer = chat.tokenizer
@@ -62,18 +76,18 @@ def demonstration_datums(
     show = cfg.sampling.show_remaining_steps
     T = cfg.tempo.max_rounds
     spec, seed = game
-    env = trainer.c.make_env(spec, seed)
+    env = calls.make(trainer.c.make_env, spec, seed)
     try:
-        plan = list(env.walkthrough() or ())
+        plan = list(calls.call(env, "walkthrough") or ())
         if not plan:
             raise ValueError(
                 f"env {cfg.env.name!r} (seed {seed}) has no walkthrough(); disable warmstart.enabled or use an "
                 "env with an expert"
             )
-        obs = env.last_observation
+        obs = calls.call(env, "last_observation")
         initial = obs.text
         task = str(obs.info.get("task", "")) if obs.info else ""
-        privileged = env.privileged_info()
+        privileged = calls.call(env, "privileged_info")
         state = chat.start(build_actor_messages(obs, tool_name=tool, remaining_steps=T if show else None))
         seq = SequenceBuilder()
         seq.add_context(state.tokens)
@@ -91,7 +105,7 @@ def demonstration_datums(
             seq.add_sampled(completion, [0.0] * len(completion))
             weights.extend([0.0 if noisy else 1.0] * len(completion))
             labels.extend([None if noisy else action] * len(completion))
-            result = env.step(action)
+            result = calls.call(env, "step", action)
             rounds += 1
             obs = result.observation
             history.append((action, obs.text))
@@ -132,7 +146,7 @@ def demonstration_datums(
             datums.append(sft_datum(prompt, answer, vocab_size=trainer.vocab_size(), role="critic"))
         return datums
     finally:
-        env.close()
+        calls.close_env(env)
 
 
 def _format_value(value: float, levels: int, r_max: float = 1.0) -> str:
@@ -220,8 +234,18 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     ws = cfg.warmstart
     t0 = time.perf_counter()
     datums: list[Datum] = []
-    for i in range(ws.episodes):
-        datums.extend(demonstration_datums(trainer, cfg.env.train_game(i), trainer.rng))
+    with GuardedEnvCalls.beside(trainer.c.pool) as calls:
+        for i in range(ws.episodes):
+            try:
+                datums.extend(demonstration_datums(trainer, cfg.env.train_game(i), trainer.rng, calls))
+            except EnvWorkerError:
+                calls.failures += 1  # the demo is dropped, as a failed branch is in a rollout
+    failures = calls.failures
+    if failures == ws.episodes and ws.episodes > 0:
+        raise RuntimeError(
+            f"every one of the {ws.episodes} warm-start demonstrations failed in the env (see workers.* and the "
+            f"env's errors); fix env {cfg.env.name!r} or disable warmstart.enabled"
+        )
     datums = balance_actions(datums) if ws.balance_actions else [_strip_labels(d) for d in datums]
     build_s = time.perf_counter() - t0
     adam = AdamParams(
@@ -247,7 +271,7 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     trainer.c.sampler = trainer.c.training_client.save_weights_and_get_sampling_client(
         f"policy-{trainer.state.policy_version:06d}"
     )
-    return {
+    metrics: dict[str, float] = {
         "warmstart/datums": float(len(datums)),
         "warmstart/optim_steps": float(steps),
         "warmstart/loss_first": losses[0] if losses else float("nan"),
@@ -255,3 +279,6 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
         "warmstart/build_seconds": build_s,
         "warmstart/seconds": time.perf_counter() - t0,
     }
+    if failures:  # only when it happened: a normal run's metrics keep their names
+        metrics["warmstart/env_failures"] = float(failures)
+    return metrics
