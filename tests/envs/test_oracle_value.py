@@ -158,7 +158,9 @@ def _bfs_exit_steps(env: KeyDoorEnv, limit: int) -> int | None:
     colours=st.integers(2, 3),
     moves=st.lists(st.integers(0, 4), max_size=8),
 )
-def test_keydoor_oracle_matches_breadth_first_search(seed: int, keys: int, colours: int, moves: list[int]) -> None:
+def test_keydoor_oracle_matches_breadth_first_search(
+    seed: int, keys: int, colours: int, moves: list[int]
+) -> None:
     env = KeyDoorEnv(horizon=20, keys=keys, colours=colours)
     env.reset(seed)
     for m in moves:

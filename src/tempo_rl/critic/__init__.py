@@ -3,7 +3,9 @@
 ``parse_value`` reads ``<value>x</value>`` strictly (last match, finite, clipped to ``[0, R_max]``);
 ``GenerativeCritic`` prompts the policy model with the task, the condensed history and privileged
 information; ``endpoint_value`` averages E endpoint estimates (NaN when none parsed) and ``bootstrap_value``
-values terminated branches at 0.
+values terminated branches at 0. Two critics value the restored state itself (``CriticQuery.snapshot``):
+``OracleCritic`` reads the env's exact optimal value (optionally noisy) and ``MonteCarloCritic`` averages the
+returns of M rollouts of the current policy (VinePPO's estimator).
 """
 
 from tempo_rl.critic.base import (
@@ -15,6 +17,8 @@ from tempo_rl.critic.base import (
     endpoint_value,
 )
 from tempo_rl.critic.generative import GenerativeCritic, status_counts
+from tempo_rl.critic.monte_carlo import MonteCarloCritic
+from tempo_rl.critic.oracle import OracleCritic, OracleUnavailableError
 from tempo_rl.critic.parse import ValueParse, ValueStatus, classify_value, parse_value, validate_r_max
 from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, build_critic_messages
 
@@ -25,6 +29,9 @@ __all__ = [
     "CriticQuery",
     "CriticSample",
     "GenerativeCritic",
+    "MonteCarloCritic",
+    "OracleCritic",
+    "OracleUnavailableError",
     "ValueParse",
     "ValueStatus",
     "bootstrap_value",

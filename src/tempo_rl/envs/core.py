@@ -82,7 +82,9 @@ def check_steps_left(steps_left: int) -> int:
         ValueError: it is not an int, or is negative.
     """
     if isinstance(steps_left, bool) or not isinstance(steps_left, int) or steps_left < 0:
-        raise ValueError(f"oracle_value(steps_left) needs an int >= 0 (steps before the limit T), got {steps_left!r}")
+        raise ValueError(
+            f"oracle_value(steps_left) needs an int >= 0 (steps before the limit T), got {steps_left!r}"
+        )
     return steps_left
 
 

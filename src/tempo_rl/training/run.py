@@ -43,6 +43,7 @@ from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
 from tempo_rl.training.checkpoint import atomic_write_text, latest_checkpoint, save_checkpoint
 from tempo_rl.training.config import ConfigError, TrainConfig, load_config
+from tempo_rl.training.critics import state_critic
 from tempo_rl.training.metrics import nanmean as _nanmean
 from tempo_rl.training.store import StateStore
 from tempo_rl.training.trainer import MacroStepTrainer, TrainerState
@@ -280,7 +281,9 @@ def build_trainer(
         training_client=training,
         sampler=sampler,
         chat=chat,
-        critic=critic,
+        critic=critic  # tempo.critic: the oracle / Monte Carlo critics value the restored state itself
+        if config.tempo.critic == "generative"
+        else state_critic(config, chat, pool=pool, restore_branches=restore_n),
         store=store,
         pool=pool,
         parser=ToolCallParser(),
