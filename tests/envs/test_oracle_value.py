@@ -245,3 +245,47 @@ def test_arc_stub_wrong_tiles_game_over_and_the_step_limit() -> None:
     late.reset(3)
     _play(late, ["ACTION7"] * 29)  # one step left before the env's limit
     assert late.oracle_value(5) == 0.5
+
+
+def _bfs_solve_steps(env: KnightsEnv, limit: int) -> int | None:
+    """Fewest steps to a solved board by breadth-first search over forks (state = the placed set)."""
+    root = env.fork()
+    root.max_steps = 10_000  # lift the step limit: the search measures distance alone
+    frontier = deque([(root, 0)])
+    seen = {frozenset(root._placed)}
+    while frontier:
+        node, depth = frontier.popleft()
+        if depth >= limit or node._done:
+            continue
+        for action in node._admissible():
+            child = node.fork()
+            if child.step(action).reward > 0:
+                return depth + 1
+            key = frozenset(child._placed)
+            if key not in seen:
+                seen.add(key)
+                frontier.append((child, depth + 1))
+    return None
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 30),
+    place=st.integers(1, 3),
+    feedback=st.sampled_from(["immediate", "final"]),
+    moves=st.lists(st.integers(0, 200), max_size=5),
+)
+def test_knights_oracle_matches_breadth_first_search(
+    seed: int, place: int, feedback: str, moves: list[int]
+) -> None:
+    env = KnightsEnv(size=4, preplaced=1, place=place, max_steps=4 * place + 5, feedback=feedback)  # type: ignore[arg-type]
+    env.reset(seed)
+    for m in moves:
+        if env._done:
+            break
+        actions = env._admissible()
+        env.step(actions[m % len(actions)])
+    expected = None if env._done else _bfs_solve_steps(env, 12)
+    assert env.shortest_solve_steps() == expected
+    budget = env.max_steps - env._steps
+    assert env.oracle_value(100) == (1.0 if expected is not None and expected <= budget else 0.0)
