@@ -201,3 +201,69 @@ def test_monte_carlo_clips_penalised_returns_and_needs_a_snapshot() -> None:
         asyncio.run(critic.estimate(CriticQuery(task="t", history=(), initial_observation="o"), 1, sampler))
     with pytest.raises(ValueError, match="rollouts"):
         MonteCarloCritic(critic.chat, critic.pool, critic.parser, critic.settings, rollouts=0)
+
+
+LOCAL = """
+algorithm = "tempo"
+
+[env]
+name = "keydoor"
+kwargs = { horizon = 12, keys = 1, colours = 2 }
+
+[backend]
+kind = "local"
+hidden_size = 32
+num_layers = 1
+num_heads = 2
+vocab_size = 512
+max_positions = 2048
+
+[tempo]
+critic = "oracle"
+oracle_flip_prob = 0.1
+max_rounds = 12
+macro_rounds = 4
+branches = 2
+critic_samples = 2
+endpoint_samples = 1
+states_per_batch = 2
+warmup_updates = 0
+td_updates = 1
+
+[sampling]
+max_tokens = 24
+max_trajectory_tokens = 1200
+show_remaining_steps = false
+
+[warmstart]
+enabled = false
+
+[run]
+console = false
+eval_every = 0
+"""
+
+
+def test_build_trainer_runs_tempo_with_the_oracle_on_the_local_backend(tmp_path) -> None:
+    pytest.importorskip("torch")
+    import json
+
+    from tempo_rl.training.config import load_config
+    from tempo_rl.training.run import build_trainer, train_run
+
+    cfg_file = tmp_path / "oracle.toml"
+    cfg_file.write_text(LOCAL)
+    config = load_config(cfg_file)
+    built = build_trainer(config, tmp_path / "built")
+    try:
+        assert isinstance(built.c.critic, OracleCritic)
+        assert (built.c.critic.flip_prob, built.c.critic.max_rounds) == (0.1, 12)
+    finally:
+        built.close()
+    summary = train_run(tmp_path / "run", config, console=False)
+    assert summary["updates_done"] == 1
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    td = rows[-1]
+    assert td["train/phase"] == 1.0
+    assert td["critic/parse_failure_rate"] == 0.0 and td["train/critic_datums"] == 0.0
+    assert td["critic/states"] >= 1
