@@ -3,8 +3,11 @@
 ``parse_value`` reads ``<value>x</value>`` strictly (last match, finite, clipped to ``[0, R_max]``);
 ``GenerativeCritic`` prompts the policy model with the task, the condensed history and privileged
 information; ``endpoint_value`` averages E endpoint estimates (NaN when none parsed) and ``bootstrap_value``
-values terminated branches at 0. :class:`~tempo_rl.critic.privileged.PrivilegedInfoTally` gives ``critic/privileged_info_rate`` per update and
-``warn_missing_privileged_info`` warns at the start of training when games give the critic nothing privileged.
+values terminated branches at 0. Two critics value the restored state itself (``CriticQuery.snapshot``):
+``OracleCritic`` reads the env's exact optimal value (optionally noisy) and ``MonteCarloCritic`` averages the
+returns of M rollouts of the current policy (VinePPO's estimator). ``warn_missing_privileged_info`` warns at the
+start of training when games give the critic nothing privileged
+(:class:`~tempo_rl.critic.privileged.PrivilegedInfoTally` logs ``critic/privileged_info_rate`` per update).
 """
 
 from tempo_rl.critic.base import (
@@ -16,6 +19,8 @@ from tempo_rl.critic.base import (
     endpoint_value,
 )
 from tempo_rl.critic.generative import GenerativeCritic, status_counts
+from tempo_rl.critic.monte_carlo import MonteCarloCritic
+from tempo_rl.critic.oracle import OracleCritic, OracleUnavailableError
 from tempo_rl.critic.parse import ValueParse, ValueStatus, classify_value, parse_value, validate_r_max
 from tempo_rl.critic.privileged import PrivilegedInfoWarning, warn_missing_privileged_info
 from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, build_critic_messages
@@ -27,6 +32,9 @@ __all__ = [
     "CriticQuery",
     "CriticSample",
     "GenerativeCritic",
+    "MonteCarloCritic",
+    "OracleCritic",
+    "OracleUnavailableError",
     "PrivilegedInfoWarning",
     "ValueParse",
     "ValueStatus",

@@ -1,7 +1,8 @@
 """The critic contract: K value estimates of a state, as numbers plus what is needed to train on them.
 
 A critic answers one :class:`CriticQuery` (a state described as text: task, initial observation, the
-``(action, observation)`` turns since, optional privileged information and remaining step budget) with
+``(action, observation)`` turns since, optional privileged information and remaining step budget; and, when
+the caller has it, the state's :class:`~tempo_rl.envs.Snapshot`, for critics that restore the state) with
 :class:`CriticEstimates`: ``K`` numbers ``V_1..V_K`` in ``[0, R_max]`` (NaN where a sample could not be read)
 and, for each sample, the exact prompt and sampled tokens so that the trainer can build critic Datums.
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from tempo_rl.backends.types import SampledSequence, SamplingClient
 from tempo_rl.critic.parse import ValueStatus, validate_r_max
+from tempo_rl.envs.snapshot import Snapshot
 
 __all__ = [
     "Critic",
@@ -51,6 +53,10 @@ class CriticQuery:
         privileged_info: critic-only text (e.g. an expert walkthrough); never shown to the actor.
         remaining_steps: env steps left before the episode limit T, when the trainer shows the budget.
         r_max: the largest possible return from any state (R_max > 0); values live in ``[0, r_max]``.
+        snapshot: the env state itself (a verified-restore :class:`~tempo_rl.envs.Snapshot`), for critics that
+            value the state rather than its text (:class:`~tempo_rl.critic.OracleCritic`,
+            :class:`~tempo_rl.critic.MonteCarloCritic`); None when the caller has none (the generative critic
+            never reads it).
     """
 
     task: str
@@ -59,9 +65,14 @@ class CriticQuery:
     privileged_info: str | None = None
     remaining_steps: int | None = None
     r_max: float = 1.0
+    snapshot: Snapshot | None = None
 
     def __post_init__(self) -> None:
         validate_r_max(self.r_max)
+        if self.snapshot is not None and not isinstance(self.snapshot, Snapshot):
+            raise TypeError(
+                f"CriticQuery.snapshot must be a tempo_rl.envs.Snapshot or None, got {type(self.snapshot).__name__}"
+            )
         if not isinstance(self.task, str) or not isinstance(self.initial_observation, str):
             raise TypeError("CriticQuery.task and .initial_observation must be str")
         for i, turn in enumerate(self.history):

@@ -21,6 +21,11 @@ An adapter author subclasses :class:`ReplayableEnv`.
 * ``walkthrough() -> tuple[str, ...] | None``: an expert action sequence from the reset state (warm starts).
 * ``state_fingerprint() -> str | None``: a cheap exact digest of the hidden state (e.g. the PDDL fact set).
   When available, replay verifies it at every step in addition to the observation text.
+* ``oracle_value(steps_left) -> float | None``: the exact value of the current state under an optimal policy
+  that may take at most ``steps_left`` more steps (the env's own step limit still applies), i.e.
+  ``V*(s) = max_pi E[sum of the remaining rewards]``; ``None`` (the default) means the env does not know it.
+  It powers :class:`~tempo_rl.critic.OracleCritic` ("does my setup learn with a perfect critic?"). It must
+  not change the state, and a terminal state is worth 0 (its reward was paid on the way in).
 * ``close()``: release processes, files and sockets.
 
 **What the trainer relies on besides the two methods:**
@@ -50,7 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-__all__ = ["Observation", "ReplayableEnv", "StepResult", "task_of"]
+__all__ = ["Observation", "ReplayableEnv", "StepResult", "check_steps_left", "task_of"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,19 @@ class Observation:
     text: str
     admissible_actions: tuple[str, ...] | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
+
+
+def check_steps_left(steps_left: int) -> int:
+    """``steps_left`` as given when it is an int >= 0 (the argument of :meth:`ReplayableEnv.oracle_value`).
+
+    Raises:
+        ValueError: it is not an int, or is negative.
+    """
+    if isinstance(steps_left, bool) or not isinstance(steps_left, int) or steps_left < 0:
+        raise ValueError(
+            f"oracle_value(steps_left) needs an int >= 0 (steps before the limit T), got {steps_left!r}"
+        )
+    return steps_left
 
 
 def task_of(observation: Observation) -> str:
@@ -149,6 +167,19 @@ class ReplayableEnv(abc.ABC):
 
     def state_fingerprint(self) -> str | None:
         """A cheap exact digest of the hidden state, or None when the env offers none."""
+        return None
+
+    def oracle_value(self, steps_left: int) -> float | None:
+        """The exact optimal value of the current state within ``steps_left`` more steps, or None when unknown.
+
+        ``V*(s, n) = max over policies of E[r_{t+1} + ... + r_{t+m}]``, where ``m <= n`` and the episode's own
+        limits (the env's step limit, termination) also end the sum. Environment reward units; 0 for a
+        terminal state. Must not change the live state. Optional: the default returns None.
+
+        Args:
+            steps_left: n >= 0, the steps the trainer's episode limit leaves (``T - round_index``).
+        """
+        check_steps_left(steps_left)
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook with a no-op default

@@ -32,7 +32,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult
+from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult, check_steps_left
 
 __all__ = ["COLOURS", "KeyDoorEnv", "Room"]
 
@@ -332,6 +332,52 @@ class KeyDoorEnv(ReplayableEnv):
             if r.kind == "exit":
                 return plan
             room += 1
+
+    def shortest_exit_steps(self) -> int | None:
+        """The fewest steps from the current state to leaving through the exit (None when it is unreachable).
+
+        Exact, by counting: let ``U`` be the unopened locks (all ahead of the agent: a locked door blocks the
+        corridor) and ``d`` the number of them whose colour the carried keys do not cover (as multisets). An
+        untaken key room offers every colour, so ``d`` more keys are needed from ``d`` distinct untaken key
+        rooms; none exists -> None. The cheapest choice takes the untaken key rooms at or ahead of the agent
+        first, then those behind it, nearest first; with ``q`` the leftmost room chosen and ``p`` the agent's
+        room, ``E`` the exit room::
+
+            steps = max(0, p - q) + (E - min(p, q)) + 1 + d + |U|
+
+        (go back to ``q``, go on to the exit and through it, one ``take`` per key, one ``open door`` per lock).
+        This can be shorter than :meth:`expert_action`'s plan, which insists on each lock's own key room (a
+        wrong key taken early can still open a later lock of that colour).
+        """
+        if self._done:
+            return None
+        p = self._room
+        unopened = [j for j, r in enumerate(self._rooms) if r.kind == "lock" and not self._opened[j]]
+        spare = list(self._carried)
+        deficit = 0
+        for j in unopened:
+            colour = self._rooms[j].colour
+            if colour in spare:
+                spare.remove(colour)
+            else:
+                deficit += 1
+        untaken = [j for j, r in enumerate(self._rooms) if r.kind == "key" and not self._taken[j]]
+        if deficit > len(untaken):
+            return None
+        ahead = [j for j in untaken if j >= p]
+        behind = sorted((j for j in untaken if j < p), reverse=True)
+        chosen = (ahead + behind)[:deficit]  # ahead first (free), then behind, nearest first
+        q = min(chosen, default=p)
+        exit_room = len(self._rooms) - 1
+        return max(0, p - q) + (exit_room - min(p, q)) + 1 + deficit + len(unopened)
+
+    def oracle_value(self, steps_left: int) -> float | None:
+        """``V* = 1`` when the exit can be reached within ``min(steps_left, horizon - steps)`` more steps, else
+        0 (reward 1 only at the exit; see :meth:`shortest_exit_steps`). 0 once the episode is over."""
+        check_steps_left(steps_left)
+        need = self.shortest_exit_steps()
+        budget = min(steps_left, self.horizon - self._steps)
+        return 1.0 if need is not None and need <= budget else 0.0
 
     def _index(self, kind: str, lock: int) -> int:
         return next(j for j, r in enumerate(self._rooms) if r.kind == kind and r.lock == lock)

@@ -22,10 +22,11 @@ depth-first search when the instance is generated). Privileged info: the rule an
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from typing import Literal
 
-from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult
+from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult, check_steps_left
 
 __all__ = ["KnightsEnv", "knight_attacks", "square_name"]
 
@@ -271,6 +272,40 @@ class KnightsEnv(ReplayableEnv):
             if square not in self._placed:
                 return f"place {square_name(square)}"
         return None  # pragma: no cover - solved states are done
+
+    def shortest_solve_steps(self) -> int | None:
+        """The fewest steps from the current state to a solved board (None once the episode is over).
+
+        Exact: a solution is a set ``S`` of ``place`` squares, none attacking another or a fixed piece. From the
+        placed pieces ``P`` it takes ``|P - S|`` removals (done first, so every later placement is legal in
+        both feedback modes) and ``|S - P|`` placements, so with ``k = |P & S|``::
+
+            steps = (|P| - k) + (place - k)
+
+        minimised by the largest subset of ``P`` (conflict-free, with the fixed pieces) that a depth-first
+        search extends by ``place - k`` more squares to a solution. The instance is solvable by construction,
+        so ``k = 0`` always succeeds.
+        """
+        if self._done:
+            return None
+        placed = list(self._placed)
+        for k in range(len(placed), -1, -1):
+            for keep in itertools.combinations(placed, k):
+                board = self._fixed | set(keep)
+                pieces = sorted(board)
+                if any(knight_attacks(a, b) for i, a in enumerate(pieces) for b in pieces[i + 1 :]):
+                    continue
+                if _solve(self.size, frozenset(board), self.place - k, random.Random(0)) is not None:
+                    return (len(placed) - k) + (self.place - k)
+        return None  # pragma: no cover - the instance is solvable by construction (k = 0 succeeds)
+
+    def oracle_value(self, steps_left: int) -> float | None:
+        """``V* = 1`` when a solved board is reachable within ``min(steps_left, max_steps - steps)`` more steps,
+        else 0 (reward 1 only when solved; see :meth:`shortest_solve_steps`). 0 once the episode is over."""
+        check_steps_left(steps_left)
+        need = self.shortest_solve_steps()
+        budget = min(steps_left, self.max_steps - self._steps)
+        return 1.0 if need is not None and need <= budget else 0.0
 
     def fork(self) -> KnightsEnv:
         copy = KnightsEnv.__new__(KnightsEnv)

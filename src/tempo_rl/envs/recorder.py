@@ -28,7 +28,7 @@ class RecordedEnv(ReplayableEnv):
             be snapshotted.
 
     The wrapper is itself a :class:`ReplayableEnv`: ``privileged_info``, ``walkthrough``,
-    ``state_fingerprint``, ``fork`` and ``close`` delegate to the wrapped env, and :meth:`fork` also copies
+    ``state_fingerprint``, ``oracle_value``, ``fork`` and ``close`` delegate to the wrapped env, and :meth:`fork` also copies
     the recorded history so the copy snapshots to the same state.
     """
 
@@ -147,6 +147,9 @@ class RecordedEnv(ReplayableEnv):
 
     def state_fingerprint(self) -> str | None:
         return self._env.state_fingerprint()
+
+    def oracle_value(self, steps_left: int) -> float | None:
+        return self._env.oracle_value(steps_left)
 
     @property
     def supports_fork(self) -> bool:

@@ -190,6 +190,32 @@ class TempoConfig(_Model):
     macro_rounds: int = Field(default=10, ge=1, description="H")
     branches: int = Field(default=4, ge=2, description="N")
     critic_samples: int = Field(default=4, ge=1, description="K")
+    critic: Literal["generative", "oracle", "monte_carlo"] = Field(
+        default="generative",
+        description=(
+            "who values states: 'generative' (TEMPO: the policy model prompted as a value estimator, trained "
+            "with the actor), 'oracle' (the env's exact optimal value V*, ReplayableEnv.oracle_value, with "
+            "optional noise: does the setup learn with a perfect critic?) or 'monte_carlo' (VinePPO: the mean "
+            "return of critic_rollouts policy rollouts from the restored state; their env steps and tokens are "
+            "extra cost). The last two are not trained"
+        ),
+    )
+    oracle_flip_prob: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="oracle critic: probability that one estimate is R_max - V* instead of V* (binary values)",
+    )
+    oracle_noise_sigma: float = Field(
+        default=0.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="oracle critic: standard deviation of Gaussian noise added to each estimate, then clipped "
+        "to [0, R_max] (R_max units)",
+    )
+    critic_rollouts: int = Field(
+        default=4, ge=1, description="M, monte_carlo critic: policy rollouts averaged per valued state"
+    )
     endpoint_samples: int = Field(default=2, ge=1, description="E")
     max_rounds: int = Field(default=50, ge=1, description="T")
     states_per_batch: int = Field(default=4, ge=1, description="start states per TD update")

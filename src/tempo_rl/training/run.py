@@ -31,6 +31,7 @@ from tempo_rl.rollout.tool_call import ToolCallParser
 from tempo_rl.training.checkpoint import atomic_write_text, save_checkpoint
 from tempo_rl.training.config import ConfigError, TrainConfig, load_config
 from tempo_rl.training.corpus import env_corpus
+from tempo_rl.training.critics import state_critic
 from tempo_rl.training.env_calls import FORK_CACHE_LOCK, locked_restore_branches, make_env_at_reset
 from tempo_rl.training.preflight import preflight
 from tempo_rl.training.rundir import (
@@ -215,7 +216,9 @@ def build_trainer(
         training_client=training,
         sampler=sampler,
         chat=chat,
-        critic=critic,
+        critic=critic  # tempo.critic: the oracle / Monte Carlo critics value the restored state itself
+        if config.tempo.critic == "generative"
+        else state_critic(config, chat, pool=pool, restore_branches=restore_n),
         store=store,
         pool=pool,
         parser=ToolCallParser(),

@@ -405,7 +405,8 @@ class MacroStepTrainer(abc.ABC):
 
     def critic_query(self, state: StoredState, branch: BranchResult | None = None) -> CriticQuery:
         """The critic's view of a state (or, given ``branch``, of that branch's endpoint from ``state``): task,
-        initial observation, history, privileged info, step budget."""
+        initial observation, history, privileged info, step budget, and the state's snapshot (for critics that
+        restore it)."""
         history = branch.history if branch is not None else state.history
         round_index = branch.round_index if branch is not None else state.snapshot.round_index
         t = self.config.tempo
@@ -417,6 +418,7 @@ class MacroStepTrainer(abc.ABC):
             privileged_info=state.privileged_info,
             remaining_steps=remaining,
             r_max=t.r_max,
+            snapshot=branch.snapshot if branch is not None else state.snapshot,
         )
 
     async def estimate_many(self, queries: Sequence[CriticQuery], k: int) -> list[CriticEstimates]:

@@ -406,6 +406,23 @@ class AlfworldEnv(ReplayableEnv):
             return None
         return "Expert walkthrough from the initial state:\n" + format_walkthrough(commands)
 
+    def oracle_value(self, steps_left: int) -> float | None:
+        """1 when Fast Downward's plan from the current state fits in ``min(steps_left, max_steps - steps)``
+        more steps, else 0; 0 once the episode is over. Reward is 1 only on winning, so this is ``V*`` when the
+        planner's plan is a shortest one (else a lower bound). Slow: one planner call (seconds) per state; the
+        PDDL state is checked unchanged afterwards."""
+        from tempo_rl.envs.core import check_steps_left
+
+        check_steps_left(steps_left)
+        if self._done:
+            return 0.0
+        budget = min(steps_left, self.max_steps - self._steps)
+        before = self.state_fingerprint()
+        plan = self.engine.plan()
+        if self.state_fingerprint() != before:  # pragma: no cover - the planner only reads the state
+            raise RuntimeError("the ALFWorld planner changed the game state; oracle_value must not")
+        return 1.0 if plan and len(plan) <= budget else 0.0
+
     def close(self) -> None:
         """Hand the engine back to the warm pool (no process is ever started). Idempotent."""
         if self._engine is not None:

@@ -22,6 +22,7 @@ from tempo_rl.envs.arc import stub_game
 from tempo_rl.envs.arc.adapter import DEFAULT_TASK, ArcEnvBase
 from tempo_rl.envs.arc.frames import ArcAction, ArcFrame
 from tempo_rl.envs.arc.stub_game import HiddenRuleGame
+from tempo_rl.envs.core import check_steps_left
 
 __all__ = ["ArcStubEnv"]
 
@@ -83,6 +84,19 @@ class ArcStubEnv(ArcEnvBase):
 
     def _fingerprint(self) -> str | None:
         return self._live_game().fingerprint()
+
+    def oracle_value(self, steps_left: int) -> float | None:
+        """``V* = min(levels left, n) / levels`` with ``n = min(steps_left, max_steps - steps)``.
+
+        Each level is worth ``1 / levels`` and an optimal player completes one level per step: one
+        ``ACTION6`` click on the key tile, which is always on the board (a wrong activation removes only the
+        tile it hits) and never costs a life. No step can complete two levels, so no policy does better. 0 once
+        the game is won or over.
+        """
+        check_steps_left(steps_left)
+        game = self._live_game()
+        budget = min(steps_left, self.max_steps - self.steps)
+        return min(game.levels_left(), max(0, budget)) / game.n_levels
 
     def privileged_info(self) -> str:
         """The game's full source code (its hidden rule included), as the TEMPO critic sees it."""

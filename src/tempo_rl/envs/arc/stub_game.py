@@ -180,6 +180,12 @@ class HiddenRuleGame:
         half = CELL_PIXELS // 2
         return tuple((col * CELL_PIXELS + half, row * CELL_PIXELS + half) for row, col in sorted(self.tiles))
 
+    def levels_left(self) -> int:
+        """Levels still to complete (0 once the game is won or over)."""
+        if self.state in (GameState.WIN, GameState.GAME_OVER):
+            return 0
+        return self.n_levels - self.level_index
+
     def solution(self) -> tuple[ArcAction, ...]:
         """An optimal action sequence from the reset state: one click on each level's key tile."""
         half = CELL_PIXELS // 2
