@@ -249,14 +249,7 @@ def to_service_sampling_params(params: SamplingParams, types: ModuleType) -> Any
 
 def to_service_adam(params: AdamParams, types: ModuleType) -> Any:
     """Our AdamParams -> the service's (same names and meaning)."""
-    return types.AdamParams(
-        learning_rate=params.learning_rate,
-        beta1=params.beta1,
-        beta2=params.beta2,
-        eps=params.eps,
-        weight_decay=params.weight_decay,
-        grad_clip_norm=params.grad_clip_norm,
-    )
+    return types.AdamParams(**params.as_dict())
 
 
 class _RemoteClient:

@@ -195,14 +195,7 @@ class _Core:
     def our_adam(self, ap: Any) -> AdamParams:
         if not isinstance(ap, self.types.AdamParams):
             raise self.fail(f"adam_params must be {self.name}.AdamParams, got {type(ap).__name__}")
-        return AdamParams(
-            learning_rate=ap.learning_rate,
-            beta1=ap.beta1,
-            beta2=ap.beta2,
-            eps=ap.eps,
-            weight_decay=ap.weight_decay,
-            grad_clip_norm=ap.grad_clip_norm,
-        )
+        return AdamParams.of(ap)
 
     def check_lora(self, base_model: Any, rank: Any, low: int, high: int | None) -> None:
         if not isinstance(base_model, str) or not base_model:

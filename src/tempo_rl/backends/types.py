@@ -82,6 +82,16 @@ class AdamParams:
     weight_decay: float = 0.0
     grad_clip_norm: float = 0.0  # 0 = no clipping
 
+    @classmethod
+    def of(cls, source: Any) -> AdamParams:
+        """The settings of any object with these six attribute names (an optimiser config, a service's own
+        ``AdamParams``)."""
+        return cls(**{name: getattr(source, name) for name in cls.__dataclass_fields__})
+
+    def as_dict(self) -> dict[str, float]:
+        """The six settings by name (to build a service's ``AdamParams``)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
 
 @dataclass(frozen=True)
 class Datum:

@@ -577,15 +577,7 @@ class MacroStepTrainer(abc.ABC):
 
     def adam_params(self) -> AdamParams:
         """Adam settings from ``config.optim``."""
-        o = self.config.optim
-        return AdamParams(
-            learning_rate=o.learning_rate,
-            beta1=o.beta1,
-            beta2=o.beta2,
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-            grad_clip_norm=o.grad_clip_norm,
-        )
+        return AdamParams.of(self.config.optim)
 
     def loss_config(self) -> dict[str, float] | None:
         """``loss_fn_config`` for PPO (ratio bounds); None for importance sampling."""

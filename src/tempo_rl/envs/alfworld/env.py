@@ -285,34 +285,29 @@ class AlfworldEnv(ReplayableEnv):
         self._steps = 0
         self._done = False
         last_text: str | None = None
+
+        def inapplicable(i: int, command: str) -> Exception:
+            return _divergence(
+                f"ALFWorld replay of {str(self.game_file)!r} diverged at step {i}: the recorded operator of "
+                f"{command!r} is not applicable",
+                i,
+                "state",
+                None,
+                None,
+            )
+
         for i, command in enumerate(actions, start=1):
             found, op = engine.lookup(command)
             if i < n and found:
                 if not engine.apply_operator(op):
-                    raise _divergence(
-                        f"ALFWorld replay of {str(self.game_file)!r} diverged at step {i}: "
-                        "the recorded operator "
-                        f"of {command!r} is not applicable",
-                        i,
-                        "state",
-                        None,
-                        None,
-                    )
+                    raise inapplicable(i, command)
                 self._steps = i
                 check_state(i)
                 continue
             if found:
                 gs = engine.finish_step(command, op)
                 if gs is None:
-                    raise _divergence(
-                        f"ALFWorld replay of {str(self.game_file)!r} diverged at step {i}: "
-                        "the recorded operator "
-                        f"of {command!r} is not applicable",
-                        i,
-                        "state",
-                        None,
-                        None,
-                    )
+                    raise inapplicable(i, command)
             else:
                 gs = engine.step(command)
             self._steps = i
