@@ -443,3 +443,30 @@ def test_td_returns_carry_the_invalid_action_penalty():
     for r, n in zip(trajectories, invalid):
         assert r["invalid_actions"] == n and sum(r["rewards"]) == pytest.approx(-0.25 * n)
         assert r["return"] == pytest.approx(-0.25 * n + r["endpoint_value"])
+
+
+def test_a_trainer_keeps_one_event_loop_and_closes_it_cleanly_even_from_inside_another_loop():
+    import gc
+    import sys
+
+    cfg = tiny_config("tempo.warmup_updates=0", "tempo.td_updates=1")
+    trainer, *_ = _trainer(cfg)
+
+    async def loop_id() -> int:
+        return id(asyncio.get_running_loop())
+
+    assert trainer.run_async(loop_id()) == trainer.run_async(loop_id())  # one loop for the trainer's life
+    unraisable: list = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+
+    async def drop_it() -> None:  # the trainer is collected while another loop runs
+        nonlocal trainer
+        del trainer
+        gc.collect()
+
+    try:
+        asyncio.run(drop_it())
+    finally:
+        sys.unraisablehook = old_hook
+    assert not unraisable, [u.exc_value for u in unraisable]

@@ -21,6 +21,7 @@ import abc
 import asyncio
 import contextlib
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
@@ -90,6 +91,19 @@ class TrainerState:
     def from_json(cls, data: Mapping[str, Any]) -> TrainerState:
         """Inverse of :meth:`to_json`."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def _close_runner(runner: asyncio.Runner) -> None:
+    """Close a trainer's event loop; from inside another running loop (a trainer collected there), in a thread
+    of its own, since a thread runs one loop at a time."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        runner.close()
+        return
+    closer = threading.Thread(target=runner.close, name="tempo-rl-close-loop")
+    closer.start()
+    closer.join()
 
 
 class UpdateTimer:
@@ -209,7 +223,7 @@ class MacroStepTrainer(abc.ABC):
         closed by :meth:`close`), so the pools' locks and the clients' futures are bound to one loop."""
         if self._runner is None:
             self._runner = asyncio.Runner()
-            self._finalizer = weakref.finalize(self, self._runner.close)
+            self._finalizer = weakref.finalize(self, _close_runner, self._runner)
         return self._runner.run(coro)
 
     def close(self) -> None:
