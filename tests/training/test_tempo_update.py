@@ -470,3 +470,30 @@ def test_a_trainer_keeps_one_event_loop_and_closes_it_cleanly_even_from_inside_a
     finally:
         sys.unraisablehook = old_hook
     assert not unraisable, [u.exc_value for u in unraisable]
+
+
+def test_a_fresh_game_whose_build_hangs_is_dropped_at_the_step_deadline_and_counted():
+    import time
+
+    cfg = tiny_config("workers.step_timeout_s=0.2")
+    trainer, *_ = _trainer(cfg)
+    build = trainer.c.make_env
+    hung = {"n": 0}
+
+    def slow_first(spec, seed):
+        if hung["n"] == 0:
+            hung["n"] += 1
+            time.sleep(1.5)  # hangs past the 0.2 s deadline
+        return build(spec, seed)
+
+    trainer.c.make_env = slow_first
+
+    async def start_two() -> tuple:
+        t0 = time.perf_counter()
+        out = await trainer.fresh_starts(2, [trainer.next_fresh_game(), trainer.next_fresh_game()])
+        return (*out, time.perf_counter() - t0)
+
+    starts, failed, seconds = asyncio.run(start_two())
+    assert failed == 1 and len(starts) == 1 and trainer.fresh_start_failures == 1
+    assert seconds < 1.2  # the update did not wait for the hung build
+    trainer.close_envs(starts)

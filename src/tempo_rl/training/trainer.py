@@ -297,15 +297,26 @@ class MacroStepTrainer(abc.ABC):
         self.state.fresh_cursor += 1
         return game
 
+    async def env_call(self, steps: int, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (building, resetting or restoring envs) off the event loop, with a deadline of
+        ``steps x workers.step_timeout_s`` seconds: ``steps`` env calls (a reset, or a replay's resets and
+        steps). Past it ``TimeoutError`` is raised and the caller drops that game or state (counted); the
+        thread is abandoned, as the worker pool abandons a hung worker."""
+        return await asyncio.wait_for(
+            asyncio.to_thread(fn, *args), self.config.workers.step_timeout_s * steps
+        )
+
     async def fresh_start(self, n: int, game: tuple[EnvSpec, int] | None = None) -> StartState:
         """A fresh game (the next training game unless given) reset in ``n`` live branch envs."""
         spec, seed = game if game is not None else self.next_fresh_game()
-        env = await asyncio.to_thread(self.c.make_env, spec, seed)
+        env = await self.env_call(1, self.c.make_env, spec, seed)
         snapshot = env.snapshot()
         obs = env.last_observation
         envs: list[Any] = [env]
         if n > 1:
-            envs += await asyncio.to_thread(self.c.restore_branches, snapshot, n - 1)
+            envs += await self.env_call(
+                (n - 1) * (1 + snapshot.round_index), self.c.restore_branches, snapshot, n - 1
+            )
         state = StoredState.at_reset(
             snapshot,
             game_id=str(spec.kwargs.get(self.config.env.game_kwarg) or f"{spec.name}:{seed}"),
@@ -347,7 +358,8 @@ class MacroStepTrainer(abc.ABC):
         from tempo_rl.envs.restore import ReplayDivergenceError, SnapshotMismatchError
 
         try:
-            envs = await asyncio.to_thread(self.c.restore_branches, state.snapshot, n)
+            steps = n * (1 + state.snapshot.round_index)
+            envs = await self.env_call(steps, self.c.restore_branches, state.snapshot, n)
         except Exception as exc:  # ReplayDivergenceError or an env crash: drop this state, count it
             if not isinstance(exc, ReplayDivergenceError | SnapshotMismatchError):
                 self.restore_failures += 1
