@@ -179,10 +179,15 @@ def _restore(exc: Exception) -> tuple[Any, SimpleNamespace]:
     def restore_branches(snapshot: Any, n: int) -> list[Any]:
         raise exc
 
+    async def env_call(steps: int, fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
     fake = SimpleNamespace(
-        c=SimpleNamespace(restore_branches=restore_branches, store=RecordingStore()), restore_failures=0
+        c=SimpleNamespace(restore_branches=restore_branches, store=RecordingStore()),
+        restore_failures=0,
+        env_call=env_call,
     )
-    state = SimpleNamespace(id="s1", snapshot=object())
+    state = SimpleNamespace(id="s1", snapshot=SimpleNamespace(round_index=3))
     return asyncio.run(MacroStepTrainer.restore_start(fake, state, 2)), fake  # type: ignore[arg-type]
 
 
