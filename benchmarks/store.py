@@ -21,11 +21,24 @@ from pathlib import Path
 import numpy as np
 
 from tempo_rl.envs.snapshot import EnvSpec, Snapshot
+from tempo_rl.rollout.renderer import PromptWindow
 from tempo_rl.training.store import StateStore
-from tempo_rl.training.types import StoredState, make_state_id
+from tempo_rl.training.types import PrefixSpan, StoredState, make_state_id
 
 SYSTEM_TOKENS = 600
 BRANCHING = (1, 2, 2, 2, 2)
+#: the renderer window every stored state carries (the head messages and the last observation turn)
+WINDOW = PromptWindow(
+    messages=(
+        {"role": "system", "content": "You act in a text environment. Reply with one tool call."},
+        {
+            "role": "user",
+            "content": "You are in the middle of a room. Your task is to: put a clean apple in fridge.",
+        },
+        {"role": "tool", "content": "You arrive at cabinet 3. The cabinet 3 is closed."},
+    ),
+    head=2,
+)
 
 
 def build_states(games: int, prefix_tokens: int, rng: np.random.Generator) -> list[StoredState]:
@@ -52,6 +65,14 @@ def build_states(games: int, prefix_tokens: int, rng: np.random.Generator) -> li
                         f"{int(x):032x}" for x in rng.integers(0, 2**62, len(new_actions) + 1)
                     ),
                     last_observation="You arrive at cabinet 3. The cabinet 3 is closed.",
+                    observation_texts=(
+                        "You are in the middle of a room. Looking around, you see "
+                        + ", ".join(f"a cabinet {i}" for i in range(1, 20)),
+                        *(
+                            f"You arrive at {a[6:]}. On it, you see a mug {i}, and a spoon {i}."
+                            for i, a in enumerate(new_actions)
+                        ),
+                    ),
                 )
                 sid = make_state_id(snap, new_prefix)
                 out.append(
@@ -60,16 +81,11 @@ def build_states(games: int, prefix_tokens: int, rng: np.random.Generator) -> li
                         snapshot=snap,
                         game_id=game,
                         task="put a clean apple in fridge.",
-                        initial_observation="You are in the middle of a room. Looking around, you see "
-                        + ", ".join(f"a cabinet {i}" for i in range(1, 20)),
-                        history=tuple(
-                            (a, f"You arrive at {a[6:]}. On it, you see a mug {i}, and a spoon {i}.")
-                            for i, a in enumerate(new_actions)
-                        ),
                         token_prefix=tuple(new_prefix),
-                        prefix_logprob_sum=-float(segment * depth) * 0.3,
                         policy_version=depth,
                         macro_index=depth,
+                        prompt=WINDOW,
+                        spans=(PrefixSpan(len(prefix), len(new_prefix), depth, -0.3 * segment),),
                         parent_id=parent or None,
                         privileged_info="; ".join(f"step {i}: go to cabinet {i}" for i in range(12)),
                     )
