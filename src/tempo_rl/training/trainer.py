@@ -46,9 +46,6 @@ __all__ = ["MacroStepTrainer", "TrainerState", "UpdateTimer"]
 
 T = TypeVar("T")
 
-#: |log pi(a_t) - log pi_ref(a_t)| at or below this (nats) is float rounding between two forward passes of
-#: the same weights, not drift: the KL anchor treats it as 0.
-KL_ROUNDING_NATS = 1e-5
 #: Advantages at or below this magnitude carry no gradient: such Datums are not sent.
 ADV_ATOL = 1e-12
 #: Mixed into the evaluation seed (see :meth:`MacroStepTrainer.eval_seed`): a stream of its own, apart from run.seed.
@@ -540,9 +537,7 @@ class MacroStepTrainer(abc.ABC):
 
         Every sampled token of every branch (zero advantage included) gets
         ``A'_t = A_n - coef * (log pi(a_t) - log pi_ref(a_t))``, with log pi the sampled logprob and log pi_ref
-        from :meth:`reference_sampler`'s ``compute_logprobs``; a per-token log-ratio within
-        :data:`KL_ROUNDING_NATS` counts as 0 (two forward passes of the same weights differ by rounding).
-        Metrics: ``kl/ref_k1_mean``, the mean of
+        from :meth:`reference_sampler`'s ``compute_logprobs``. Metrics: ``kl/ref_k1_mean``, the mean of
         ``log pi(a_t) - log pi_ref(a_t)`` over those tokens (nats per token; it estimates KL(pi || pi_ref)),
         and ``kl/anchored_tokens``. A sequence whose advantages all vanish (pi = pi_ref on a zero-advantage
         branch) yields no Datum. A sequence whose reference call fails (after the client's own retries) or
@@ -571,13 +566,8 @@ class MacroStepTrainer(abc.ABC):
             if ref.shape != (len(tokens),) or not np.all(np.isfinite(ref[mask])):
                 failures += 1
                 continue
-            lp = logprobs.astype(np.float64)
-            # a log-ratio within float rounding is no drift: the sampler's and the reference's forward passes
-            # (batched, cached, chunked differently) agree only to ~1e-6, and Adam would scale that noise up
-            # to full steps on a zero-advantage branch
-            same = np.abs(lp - np.where(mask, ref, lp)) <= KL_ROUNDING_NATS
             advs = kl_penalized_advantages(
-                np.full(len(tokens), adv), lp, np.where(same, lp, ref), coef=coef, mask=mask
+                np.full(len(tokens), adv), logprobs.astype(np.float64), ref, coef=coef, mask=mask
             )
             k1_sum += float(np.sum(logprobs[mask] - ref[mask]))
             n_tokens += int(mask.sum())
