@@ -444,13 +444,11 @@ class TempoTrainer(MacroStepTrainer):
     def td_store_metrics(
         self, starts: Sequence[StartState], added: int, divergences: int
     ) -> dict[str, float]:
-        """The store's side of a TD update (``td/*``); counts the reused starts into the run's total."""
-        reused = sum(1 for s in starts if not s.fresh)
-        self.state.states_reused_total += reused
+        """The store's side of a TD update (``td/*``)."""
         return {
             "td/store_size": float(len(self.c.store)),
             "td/new_endpoints": float(added),
-            "td/reused_states": float(reused),
+            "td/reused_states": float(sum(1 for s in starts if not s.fresh)),
             "td/reused_states_total": float(self.state.states_reused_total),
             "td/replay_divergences": float(divergences),
         }
@@ -458,7 +456,8 @@ class TempoTrainer(MacroStepTrainer):
     async def td_starts(self) -> tuple[list[StartState], int]:
         """This update's starts (restored stored states, then fresh games; see :func:`choose_starts`) and how
         many stored states diverged on replay (quarantined, dropped; a restore that crashed is dropped and
-        counted in ``starts/restore_failures`` instead)."""
+        counted in ``starts/restore_failures`` instead); the restored ones count into
+        ``state.states_reused_total``."""
         t = self.config.tempo
         n_fresh, n_stored = choose_starts(t, len(self.c.store))
         stored = self.c.store.sample(n_stored, self.rng) if n_stored > 0 else []
@@ -469,7 +468,9 @@ class TempoTrainer(MacroStepTrainer):
         crashed = self.restore_failures - crashed  # restores that crashed are not divergences
         fresh, _failed = await self.fresh_starts(t.branches, games)
         diverged = sum(1 for r in restored if r is None) - crashed
-        return [r for r in restored if r is not None] + list(fresh), diverged
+        reused = [r for r in restored if r is not None]
+        self.state.states_reused_total += len(reused)
+        return reused + list(fresh), diverged
 
     async def td_actor_datums(
         self,
