@@ -261,16 +261,16 @@ retry = {{ result_timeout_s = 60.0, max_attempts = 2, backoff_initial_s = 0.0, b
 [tempo]
 max_rounds = 12
 macro_rounds = 4
-branches = 2
 critic_samples = 2
 endpoint_samples = 1
 states_per_batch = 2
-warmup_updates = 2
-warmup_games_per_batch = 1
-td_updates = 1
+critic = "oracle"        # exact values: TD advantages that move the actor (until a step does, pi is pi_ref
+branches = 4             # and the anchor trains nothing)
+warmup_updates = 0
+td_updates = 3
 
 [sampling]
-max_tokens = 24
+max_tokens = 32
 critic_max_tokens = 8
 critic_max_prompt_tokens = 400
 max_trajectory_tokens = 1200
@@ -284,8 +284,10 @@ coef = 0.1
 
 [warmstart]
 enabled = true
-episodes = 4
+episodes = 32           # long enough for valid tool calls
+epochs = 10
 batch_size = 4
+learning_rate = 3e-3
 
 [run]
 console = false
@@ -315,7 +317,7 @@ def test_a_pytrio_run_resumes_twice_with_its_kl_reference(
     cfg_file.write_text(TINY_PYTRIO.format())
     config = load_config(cfg_file)
     model = build_tiny_model(
-        len(tokenizer), hidden_size=32, num_layers=1, num_heads=2, max_positions=2048, seed=0
+        len(tokenizer), hidden_size=64, num_layers=2, num_heads=4, max_positions=2048, seed=0
     )
     local = LocalTrainingClient(model, tokenizer, state_dir=tmp_path / "service_states", seed=0)
     service, server = make_service(local, model=MODEL)
@@ -338,6 +340,7 @@ def test_a_pytrio_run_resumes_twice_with_its_kl_reference(
     ]
     losses = [r["train/loss"] for r in records if "train/loss" in r]
     assert losses and all(math.isfinite(x) for x in losses)
+    assert any(r["kl/ref_k1_mean"] != 0.0 for r in records[2:])  # a step moved the actor from the reference
     assert all(math.isfinite(r["warmstart/loss_first"]) for r in records if "warmstart/loss_first" in r)
 
 

@@ -267,3 +267,27 @@ def test_build_trainer_runs_tempo_with_the_oracle_on_the_local_backend(tmp_path)
     assert td["train/phase"] == 1.0
     assert td["critic/parse_failure_rate"] == 0.0 and td["train/critic_datums"] == 0.0
     assert td["critic/states"] >= 1
+
+
+def test_a_warm_up_without_critic_datums_trains_nothing_not_even_the_kl_anchor() -> None:
+    """The oracle is not trained, so a warm-up update has no critic Datum, and until a step moves the actor pi
+    is pi_ref: the KL anchor adds no Datum either and no optimiser step runs, even when reading the reference
+    back rounds in the last digits (measured before the fix: the anchor-only Datums carried that rounding,
+    k1 ~ -5e-9, which Adam scaled into full steps: valid tool calls 0.98 -> 0.23 on the main job's warm-up)."""
+    trainer, _, logged = _oracle_trainer("tempo.warmup_updates=2", "tempo.td_updates=0", "kl.coef=0.1")
+    reference = trainer.reference_sampler()
+
+    class Rounded:  # the same weights, read back with float rounding in the last digits
+        async def compute_logprobs_async(self, tokens):
+            row = await reference.compute_logprobs_async(tokens)
+            return [None if x is None else x + 1e-9 for x in row]
+
+    trainer._reference = Rounded()  # type: ignore[assignment]
+    version = trainer.state.policy_version
+    trainer.train()
+    assert [step for step, _ in logged] == [1, 2]
+    for _, metrics in logged:
+        assert metrics["train/critic_datums"] == 0.0
+        assert metrics["train/actor_datums"] == 0.0
+        assert metrics["train/optim_steps"] == 0.0
+    assert trainer.state.policy_version == version

@@ -283,17 +283,34 @@ def test_kl_anchor_reference_survives_a_resume_on_the_local_backend(tmp_path: Pa
     from tempo_rl.training.trainer import TrainerState
 
     cfg_file = tmp_path / "tiny.toml"
-    cfg_file.write_text(_config_text(warmup=2, td=1))
-    config = load_config(cfg_file, ["kl.coef=0.1"])
+    cfg_file.write_text(_config_text(warmup=0, td=3))
+    # a warm start long enough for valid tool calls, and the oracle's exact values: TD advantages that move
+    # the actor (until a step does, pi is pi_ref and the anchor trains nothing)
+    config = load_config(
+        cfg_file,
+        [
+            "kl.coef=0.1",
+            "tempo.critic=oracle",
+            "tempo.branches=4",
+            "warmstart.episodes=32",
+            "warmstart.epochs=10",
+            "warmstart.learning_rate=3e-3",
+            "backend.hidden_size=64",
+            "backend.num_layers=2",
+            "backend.num_heads=4",
+            "sampling.max_tokens=32",
+        ],
+    )
     run_dir = tmp_path / "run"
-    train_run(run_dir, config, console=False, max_updates=2)  # warm start + 2 critic warm-up updates
+    train_run(run_dir, config, console=False, max_updates=2)  # warm start + 2 TD updates
     ckpt = latest_checkpoint(run_dir)
     assert ckpt is not None and ckpt.update == 2
     ref_path = ckpt.trainer_state["kl_reference"]
     assert ref_path and Path(ref_path).is_file()
     records = _metrics(run_dir)
     assert all("kl/ref_k1_mean" in r for r in records[1:])
-    assert records[2]["train/actor_datums"] > 0  # the first step moved the actor: the anchor now trains it
+    assert records[1]["train/optim_steps"] > 0  # a TD step moved the actor away from the reference
+    assert records[2]["kl/ref_k1_mean"] != 0.0  # ... so the anchor now measures a drift
 
     saved = run_dir / "config.toml"
     resumed_config = load_config(saved, [])

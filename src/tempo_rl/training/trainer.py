@@ -65,6 +65,8 @@ class TrainerState:
         warmstart_done: the supervised warm start has run (it is never repeated on resume).
         kl_reference: the backend state (``training_client.save_state``) of the KL anchor's reference policy,
             saved when RL began; None until then or with ``kl.coef = 0``.
+        kl_reference_version: the policy version the reference was saved at; while ``policy_version`` still
+            equals it, pi is pi_ref exactly (None: unknown, in a state saved before this field existed).
     """
 
     update: int = 0
@@ -74,6 +76,7 @@ class TrainerState:
     states_reused_total: int = 0
     warmstart_done: bool = False
     kl_reference: str | None = None
+    kl_reference_version: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -85,6 +88,7 @@ class TrainerState:
             "states_reused_total": self.states_reused_total,
             "warmstart_done": self.warmstart_done,
             "kl_reference": self.kl_reference,
+            "kl_reference_version": self.kl_reference_version,
         }
 
     @classmethod
@@ -517,6 +521,7 @@ class MacroStepTrainer(abc.ABC):
             tc = self.c.training_client
             if self.state.kl_reference is None:
                 self.state.kl_reference = str(tc.save_state("kl-reference"))
+                self.state.kl_reference_version = self.state.policy_version
                 self._reference = tc.save_weights_and_get_sampling_client("kl-reference")
             else:
                 current = str(tc.save_state("kl-resume-current"))
@@ -543,10 +548,23 @@ class MacroStepTrainer(abc.ABC):
         branch) yields no Datum. A sequence whose reference call fails (after the client's own retries) or
         returns no finite logprob for a sampled token is dropped and counted in ``kl/reference_failures``; the
         update goes on. With ``kl.coef = 0`` this is :meth:`actor_datums` and no metric.
+
+        Before the first optimiser step after the reference was saved, pi *is* pi_ref: the log-ratio is 0
+        exactly, so no reference call is made and ``kl/ref_k1_mean`` is 0. (Computed, it would be float
+        rounding between two forward passes of the same weights, ~1e-9 nats, which on zero-advantage
+        branches would become anchor-only Datums that Adam scales into full steps.)
         """
         coef = self.config.kl.coef
         if coef <= 0:
             return self.actor_datums(branches, advantages), {}
+        if self.state.kl_reference_version == self.state.policy_version:
+            datums = self.actor_datums(branches, advantages)
+            n = sum(int(mask.sum()) for _, _, mask, _ in self._trained_sequences(branches, advantages))
+            return datums, {
+                "kl/ref_k1_mean": 0.0,
+                "kl/anchored_tokens": float(n),
+                "kl/reference_failures": 0.0,
+            }
         t0 = time.perf_counter()
         reference = self.reference_sampler()
         items = list(self._trained_sequences(branches, advantages))
