@@ -13,7 +13,7 @@ and the first sampling snapshot starts it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,27 +104,18 @@ def create_raw_clients(
         )
         stub_cls = testing.RecordingPyTrioService if cfg.kind == "pytrio" else testing.RecordingTinkerService
         service_client = stub_cls(local)
+    create_remote: Callable[..., tuple[Any, Any]]
     if isinstance(cfg, PyTrioBackendConfig):
-        from tempo_rl.backends.pytrio import create_pytrio_clients
-
-        return create_pytrio_clients(
-            cfg,
-            service_client=service_client,
-            resume_from=resume_from,
-            max_sequence_tokens=max_sequence_tokens,
+        from tempo_rl.backends.pytrio import create_pytrio_clients as create_remote
+    elif isinstance(cfg, TinkerBackendConfig):
+        from tempo_rl.backends.tinker import create_tinker_clients as create_remote
+    else:  # pragma: no cover - parse_backend_config only returns the three classes
+        raise TypeError(
+            f"unknown backend config {type(cfg).__name__}; use LocalBackendConfig, PyTrioBackendConfig or "
+            "TinkerBackendConfig"
         )
-    if isinstance(cfg, TinkerBackendConfig):
-        from tempo_rl.backends.tinker import create_tinker_clients
-
-        return create_tinker_clients(
-            cfg,
-            service_client=service_client,
-            resume_from=resume_from,
-            max_sequence_tokens=max_sequence_tokens,
-        )
-    raise TypeError(  # pragma: no cover - parse_backend_config only returns the three classes
-        f"unknown backend config {type(cfg).__name__}; use LocalBackendConfig, PyTrioBackendConfig or "
-        "TinkerBackendConfig"
+    return create_remote(
+        cfg, service_client=service_client, resume_from=resume_from, max_sequence_tokens=max_sequence_tokens
     )
 
 

@@ -518,23 +518,34 @@ class RemoteTrainingClient(_RemoteClient):
         return RemoteSamplingClient(raw_sampler, self.flavor, self.tokenizer, self.retry, self.limits)
 
 
+def _service_tokenizer(raw: Any, tokenizer_path: str | None, timeout_s: float, service: str) -> Tokenizer:
+    """The tokenizer saved at ``tokenizer_path``, else the SDK training client's own (``raw.get_tokenizer()``)."""
+    if tokenizer_path is not None:
+        from tempo_rl.backends.local.tokenizer import load_tokenizer
+
+        tok: Any = load_tokenizer(tokenizer_path)
+        return tok  # type: ignore[no-any-return]
+    return run_blocking(raw.get_tokenizer, timeout_s, f"{service} get_tokenizer")  # type: ignore[no-any-return]
+
+
 def open_training_client(
     service_client: Any,
     cfg: Any,
     flavor: ServiceFlavor,
     *,
-    load_tokenizer: Callable[[Any], Tokenizer],
     resume_from: str | None = None,
     limits: SequenceLimits | None = None,
     prepare: Callable[[Any, Tokenizer], None] | None = None,
 ) -> tuple[RemoteTrainingClient, RemoteSamplingClient]:
     """The adapter over a new service training client, and a sampling client on its weights.
 
+    The tokenizer is the one saved at ``cfg.tokenizer_path`` when set, else the SDK training client's
+    ``get_tokenizer()`` (bounded by ``cfg.retry.result_timeout_s``).
+
     Args:
         service_client: the SDK's ``ServiceClient`` (or a stub with its API).
-        cfg: the remote backend config (LoRA settings, ``retry``).
+        cfg: the remote backend config (LoRA settings, ``tokenizer_path``, ``retry``).
         flavor: the service's :class:`ServiceFlavor`.
-        load_tokenizer: given the SDK training client, the tokenizer (local dir or the SDK's).
         resume_from: a path returned by ``save_state``: the training client is created from it with its
             optimizer state (``create_training_client_from_state_with_optimizer``) instead of fresh LoRA weights.
         limits: the service's per-sample token limits.
@@ -545,7 +556,7 @@ def open_training_client(
         raw = create_lora_training_client(service_client, cfg, flavor.name)
     else:
         raw = create_training_client_from_state(service_client, resume_from, timeout, flavor.name)
-    tokenizer = load_tokenizer(raw)
+    tokenizer = _service_tokenizer(raw, cfg.tokenizer_path, timeout, flavor.name)
     training = RemoteTrainingClient(
         raw, flavor, tokenizer, cfg.retry, service=service_client, limits=limits, prepare=prepare
     )
