@@ -1,8 +1,9 @@
 """``tempo-rl check-replay <env spec> --steps N --trials K``: verify that an env restores exactly.
 
-Plays random admissible actions, restores at random depths (by replay, and by ``fork()`` where the env has
-one), continues each restored env with the recorded actions and compares every observation digest and state
-fingerprint. Prints a summary (or one JSON line with ``--json``); exits 1 on any divergence and 2 when the
+Plays random actions (admissible ones, and with probability ``--invalid-share`` one the env should reject: an
+inadmissible command or free text, as agents send), restores at random depths (by replay, and by ``fork()``
+where the env has one), continues each restored env with the recorded actions and compares every observation
+digest and state fingerprint. Prints a summary (or one JSON line with ``--json``); exits 1 on any divergence and 2 when the
 env spec is bad (the message lists the available envs or the accepted arguments). ``--import MODULE`` imports
 a module first, so that an env registered there can be checked by name.
 """
@@ -41,6 +42,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=5,
         help="recorded actions replayed after each restore (default 5)",
     )
+    parser.add_argument(
+        "--invalid-share",
+        type=float,
+        default=0.2,
+        help="probability in [0, 1] that an action is one the env should reject: an inadmissible command or "
+        "free text (default 0.2; 0 plays admissible actions only)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a summary")
     add_import_option(parser)
     parser.set_defaults(func=run)
@@ -62,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             restores=args.restores,
             continue_steps=args.continue_steps,
+            invalid_share=args.invalid_share,
         )
     except (UnknownEnvError, TypeError, ValueError, ImportError) as exc:
         print(f"tempo-rl check-replay: error: {exc}", file=sys.stderr)
