@@ -17,6 +17,10 @@ from typing import Any
 
 from tempo_rl.cli import add_import_option, import_user_modules
 
+#: the :func:`~tempo_rl.envs.check.check_replay` parameters this command sets from its options of the same
+#: name (``--continue-steps`` sets ``continue_steps``)
+_CHECK_OPTIONS = ("steps", "trials", "seed", "restores", "continue_steps", "invalid_share")
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``check-replay`` sub-command."""
@@ -63,15 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if not import_user_modules("check-replay", getattr(args, "imports", [])):
         return 2
     try:
-        report = check_replay(
-            args.spec,
-            steps=args.steps,
-            trials=args.trials,
-            seed=args.seed,
-            restores=args.restores,
-            continue_steps=args.continue_steps,
-            invalid_share=args.invalid_share,
-        )
+        report = check_replay(args.spec, **{name: getattr(args, name) for name in _CHECK_OPTIONS})
     except (UnknownEnvError, TypeError, ValueError, ImportError) as exc:
         print(f"tempo-rl check-replay: error: {exc}", file=sys.stderr)
         return 2

@@ -34,7 +34,7 @@ from tempo_rl.envs.arc.frames import (
     parse_action,
     render_frame,
 )
-from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult
+from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult, require_reset
 
 __all__ = ["DEFAULT_TASK", "ArcEnvBase"]
 
@@ -105,9 +105,7 @@ class ArcEnvBase(ReplayableEnv):
     @property
     def frame(self) -> ArcFrame:
         """The current frame (raises before the first reset)."""
-        if self._frame is None:
-            raise RuntimeError("the env has not been reset yet; call reset(seed) first")
-        return self._frame
+        return require_reset(self._frame)
 
     @property
     def steps(self) -> int:

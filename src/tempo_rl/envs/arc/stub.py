@@ -22,7 +22,7 @@ from tempo_rl.envs.arc import stub_game
 from tempo_rl.envs.arc.adapter import ArcEnvBase
 from tempo_rl.envs.arc.frames import ArcAction, ArcFrame
 from tempo_rl.envs.arc.stub_game import HiddenRuleGame
-from tempo_rl.envs.core import check_steps_left
+from tempo_rl.envs.core import check_steps_left, require_reset
 
 __all__ = ["ArcStubEnv"]
 
@@ -67,9 +67,7 @@ class ArcStubEnv(ArcEnvBase):
         return self._live_game()
 
     def _live_game(self) -> HiddenRuleGame:
-        if self._game is None:
-            raise RuntimeError("the env has not been reset yet; call reset(seed) first")
-        return self._game
+        return require_reset(self._game)
 
     def _game_reset(self) -> ArcFrame:
         return self._live_game().reset()
