@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from tempo_rl.cli import add_import_option, import_user_modules
+from tempo_rl.cli import add_documented_parser, add_import_option, import_user_modules
 
 #: the :func:`~tempo_rl.envs.check.check_replay` parameters this command sets from its options of the same
 #: name (``--continue-steps`` sets ``continue_steps``)
@@ -24,12 +24,8 @@ _CHECK_OPTIONS = ("steps", "trials", "seed", "restores", "continue_steps", "inva
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``check-replay`` sub-command."""
-    parser = subparsers.add_parser(
-        "check-replay",
-        help="verify that an env restores exactly (random play, restores at random depths)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "verify that an env restores exactly (random play, restores at random depths)"
+    parser = add_documented_parser(subparsers, "check-replay", __doc__, summary)
     parser.add_argument(
         "spec",
         help="env spec: NAME or NAME:key=value,... e.g. knights, keydoor:horizon=40, textworld:path=game.z8",
