@@ -253,13 +253,22 @@ def to_service_adam(params: AdamParams, types: ModuleType) -> Any:
 
 
 class _RemoteClient:
-    """What both adapters hold: the SDK client, the flavor, the tokenizer and the timeout policy."""
+    """What both adapters hold: the SDK client, the flavor, the tokenizer, the timeout policy and the service's
+    per-sample token limits (none by default)."""
 
-    def __init__(self, raw: Any, flavor: ServiceFlavor, tokenizer: Tokenizer, retry: RetryConfig) -> None:
+    def __init__(
+        self,
+        raw: Any,
+        flavor: ServiceFlavor,
+        tokenizer: Tokenizer,
+        retry: RetryConfig,
+        limits: SequenceLimits | None = None,
+    ) -> None:
         self.raw = raw
         self.flavor = flavor
         self.tokenizer = tokenizer
         self.retry = retry
+        self.limits = limits or SequenceLimits()
         self.vocab_size = len(tokenizer)
 
     def _what(self, method: str) -> str:
@@ -276,17 +285,6 @@ class RemoteSamplingClient(_RemoteClient):
     ``limits.sample_max_seq_len`` (when the service reports it) bounds ``len(prompt) + max_tokens`` of every
     ``sample``; a longer request fails here, with the numbers, instead of on the service.
     """
-
-    def __init__(
-        self,
-        raw: Any,
-        flavor: ServiceFlavor,
-        tokenizer: Tokenizer,
-        retry: RetryConfig,
-        limits: SequenceLimits | None = None,
-    ) -> None:
-        super().__init__(raw, flavor, tokenizer, retry)
-        self.limits = limits or SequenceLimits()
 
     def _prompt(self, tokens: Sequence[int], what: str) -> Any:
         ids = [int(t) for t in tokens]
@@ -402,9 +400,8 @@ class RemoteTrainingClient(_RemoteClient):
         limits: SequenceLimits | None = None,
         prepare: Callable[[Any, Tokenizer], None] | None = None,
     ) -> None:
-        super().__init__(raw, flavor, tokenizer, retry)
+        super().__init__(raw, flavor, tokenizer, retry, limits)
         self.service = service
-        self.limits = limits or SequenceLimits()
         self._prepare = prepare
         self._tag = secrets.token_hex(4)
         self._saves = 0
