@@ -2,13 +2,13 @@
 
 For each trial the env is reset with seed ``seed + trial`` and played for up to ``steps`` random actions,
 taking a snapshot (and a native fork when the env supports one) at ``restores`` random depths. Each action is,
-with probability ``invalid_share``, one an agent's env rejects (see :func:`invalid_action`): an inadmissible
+with probability ``invalid_share``, one the env should reject (see :func:`invalid_action`): an inadmissible
 command built from the admissible ones, or free text (an unreadable tool call's sentinel, prose, an empty
 string); otherwise a random admissible action (the walkthrough, or ``"look"``, when the env lists none). Every
 choice is drawn from a generator seeded by ``seed`` and the trial, so a check is exact to repeat. Playing
-rejected actions matters: an env whose state or text changes nondeterministically only after an action it
-rejects passes a check of admissible actions alone (``invalid_share=0``), and agents send such actions often
-(the reference's agent made 5.4 invalid actions per ALFWorld episode). Each snapshot is then
+rejected actions matters because agents send them often: an env whose state or text changes
+nondeterministically only after an action it rejects passes a check of admissible actions alone
+(``invalid_share=0``). Each snapshot is then
 
 * restored by **replay** (fresh env + reset + replay, every observation digest and state fingerprint verified)
   and played ``continue_steps`` further with the recorded actions, verified again;
