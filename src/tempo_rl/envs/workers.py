@@ -483,10 +483,13 @@ class RayEnvWorkerPool:
         """Count a failed call and raise it as :class:`EnvWorkerError`; a timed-out or dead actor is replaced.
 
         ``exc`` is a timeout (asyncio's, or ray's ``GetTimeoutError``), ``RayActorError`` (the actor died) or
-        ``RayTaskError`` (the env raised; its cause is reported).
+        ``RayTaskError`` (the env raised; its cause is reported, even when the cause is itself a timeout).
         """
         ray = self.ray
-        if isinstance(exc, (TimeoutError, ray.exceptions.GetTimeoutError)):
+        task_error = isinstance(exc, ray.exceptions.RayTaskError)
+        if isinstance(exc, ray.exceptions.GetTimeoutError) or (
+            isinstance(exc, TimeoutError) and not task_error
+        ):
             self.stats.timeouts += 1
             self._replace(handle)
             raise EnvWorkerError(
@@ -504,7 +507,8 @@ class RayEnvWorkerPool:
                 method=method,
             ) from exc
         self.stats.errors += 1
-        cause = exc.cause if getattr(exc, "cause", None) is not None else exc  # type: ignore[attr-defined]
+        cause = getattr(exc, "cause", None)
+        cause = exc if cause is None else cause
         raise EnvWorkerError(
             f"env call {method!r} raised {type(cause).__name__}: {cause}", kind="error", method=method
         ) from exc
