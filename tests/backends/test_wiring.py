@@ -168,3 +168,44 @@ def test_tinker_stub_warns_like_tinker(local_training: Any) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         raw.save_weights_and_get_sampling_client().result()
+
+
+def test_the_local_factory_passes_each_config_field_to_a_parameter_of_that_name(tmp_path: Path) -> None:
+    """The names the factory passes through (``LocalBackendConfig.x`` -> ``x=``) exist on both sides, and every
+    parameter of the tiny model and of the training client that the config has a field for is passed."""
+    import inspect
+
+    from tempo_rl.backends import factory
+    from tempo_rl.backends.local.client import LocalTrainingClient
+    from tempo_rl.backends.local.model import build_tiny_model
+
+    fields = set(LocalBackendConfig.model_fields)
+    for names, target in (
+        (factory._TINY_MODEL_FIELDS, build_tiny_model),
+        (factory._TRAINING_CLIENT_FIELDS, LocalTrainingClient),
+    ):
+        params = set(inspect.signature(target).parameters) - {"self"}
+        assert set(names) <= fields & params, set(names) - (fields & params)
+        assert (fields & params) - {"device", "vocab_size"} == set(
+            names
+        )  # device is resolved, vocab from the tokenizer
+
+    cfg = LocalBackendConfig(
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        max_positions=128,
+        seed=3,
+        state_dir=str(tmp_path / "s"),
+        max_batch_rows=5,
+        max_tokens_per_chunk=99,
+    )
+    training, _ = factory.create_local_clients(cfg, corpus=["go north", "take key"])
+    config = training.model.config
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (32, 1, 2)
+    assert config.max_position_embeddings == 128 and training.seed == 3
+    assert (training.state_dir, training.max_batch_rows, training.max_tokens_per_chunk) == (
+        tmp_path / "s",
+        5,
+        99,
+    )

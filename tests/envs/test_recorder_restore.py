@@ -127,6 +127,19 @@ def test_snapshot_without_reset_or_spec_is_a_clear_error():
         RecordedEnv(object())  # type: ignore[arg-type]
 
 
+def test_episode_state_before_the_first_reset_is_one_clear_error():
+    from tempo_rl.envs.arc import ArcStubEnv
+    from tempo_rl.envs.core import require_reset
+
+    assert require_reset(0) == 0 and require_reset("") == ""  # only None means "not reset"
+    arc = ArcStubEnv()
+    for read in (lambda: make("knights").last_observation, lambda: arc.frame, lambda: arc.game):
+        with pytest.raises(RuntimeError, match=r"not been reset yet; call reset\(seed\) first"):
+            read()
+    arc.reset(1)
+    assert arc.frame is not None and arc.game is not None
+
+
 def test_fork_copies_history_and_is_independent():
     env = make("keydoor", horizon=40)
     env.reset(seed=4)

@@ -13,7 +13,7 @@ and the first sampling snapshot starts it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,24 @@ from tempo_rl.backends.retry import RetryingSamplingClient, RetryingTrainingClie
 from tempo_rl.backends.types import SamplingClient, Tokenizer, TrainingClient
 
 __all__ = ["create_clients", "create_local_clients", "create_raw_clients"]
+
+
+#: the :class:`LocalBackendConfig` fields passed, under their own names, to
+#: :func:`~tempo_rl.backends.local.model.build_tiny_model` and to
+#: :class:`~tempo_rl.backends.local.client.LocalTrainingClient` (each name is a parameter there: a test pins it)
+_TINY_MODEL_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_positions", "seed")
+_TRAINING_CLIENT_FIELDS = (
+    "seed",
+    "state_dir",
+    "max_tokens_per_chunk",
+    "max_batch_rows",
+    "num_threads",
+    "prefix_cache_bytes",
+)
+
+
+def _pass_through(cfg: LocalBackendConfig, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(cfg, name) for name in names}
 
 
 def _local_tokenizer(cfg: LocalBackendConfig, corpus: Iterable[str] | None) -> Any:
@@ -53,29 +71,13 @@ def create_local_clients(
     if cfg.model_path is not None:
         model = load_model(cfg.model_path, dtype=cfg.dtype)
     else:
-        model = build_tiny_model(
-            len(tok),
-            hidden_size=cfg.hidden_size,
-            num_layers=cfg.num_layers,
-            num_heads=cfg.num_heads,
-            intermediate_size=cfg.intermediate_size,
-            max_positions=cfg.max_positions,
-            seed=cfg.seed,
-        )
+        model = build_tiny_model(len(tok), **_pass_through(cfg, _TINY_MODEL_FIELDS))
         if cfg.dtype != "float32":
             model = model.to(getattr(torch, cfg.dtype))
     if cfg.lora_rank > 0:
         model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha)
     training = LocalTrainingClient(
-        model,
-        tok,
-        device=resolve_device(cfg.device),
-        seed=cfg.seed,
-        state_dir=cfg.state_dir,
-        max_tokens_per_chunk=cfg.max_tokens_per_chunk,
-        max_batch_rows=cfg.max_batch_rows,
-        num_threads=cfg.num_threads,
-        prefix_cache_bytes=cfg.prefix_cache_bytes,
+        model, tok, device=resolve_device(cfg.device), **_pass_through(cfg, _TRAINING_CLIENT_FIELDS)
     )
     return training, training.save_weights_and_get_sampling_client()
 
@@ -104,27 +106,18 @@ def create_raw_clients(
         )
         stub_cls = testing.RecordingPyTrioService if cfg.kind == "pytrio" else testing.RecordingTinkerService
         service_client = stub_cls(local)
+    create_remote: Callable[..., tuple[Any, Any]]
     if isinstance(cfg, PyTrioBackendConfig):
-        from tempo_rl.backends.pytrio import create_pytrio_clients
-
-        return create_pytrio_clients(
-            cfg,
-            service_client=service_client,
-            resume_from=resume_from,
-            max_sequence_tokens=max_sequence_tokens,
+        from tempo_rl.backends.pytrio import create_pytrio_clients as create_remote
+    elif isinstance(cfg, TinkerBackendConfig):
+        from tempo_rl.backends.tinker import create_tinker_clients as create_remote
+    else:  # pragma: no cover - parse_backend_config only returns the three classes
+        raise TypeError(
+            f"unknown backend config {type(cfg).__name__}; use LocalBackendConfig, PyTrioBackendConfig or "
+            "TinkerBackendConfig"
         )
-    if isinstance(cfg, TinkerBackendConfig):
-        from tempo_rl.backends.tinker import create_tinker_clients
-
-        return create_tinker_clients(
-            cfg,
-            service_client=service_client,
-            resume_from=resume_from,
-            max_sequence_tokens=max_sequence_tokens,
-        )
-    raise TypeError(  # pragma: no cover - parse_backend_config only returns the three classes
-        f"unknown backend config {type(cfg).__name__}; use LocalBackendConfig, PyTrioBackendConfig or "
-        "TinkerBackendConfig"
+    return create_remote(
+        cfg, service_client=service_client, resume_from=resume_from, max_sequence_tokens=max_sequence_tokens
     )
 
 

@@ -28,7 +28,6 @@ from tempo_rl.backends.remote import (
     seed_pytrio_vocab_size,
 )
 from tempo_rl.backends.retry import call_with_retry
-from tempo_rl.backends.types import Tokenizer
 
 __all__ = [
     "MissingCredentialsError",
@@ -161,20 +160,11 @@ def create_pytrio_clients(
     if max_sequence_tokens is not None:  # before any training run is created
         limits.check(max_sequence_tokens, SEQUENCE_SETTINGS, "pytrio")
 
-    def load_tokenizer(raw: Any) -> Tokenizer:
-        if cfg.tokenizer_path is not None:
-            from tempo_rl.backends.local.tokenizer import load_tokenizer as load
-
-            tok: Any = load(cfg.tokenizer_path)
-            return tok  # type: ignore[no-any-return]
-        return run_blocking(raw.get_tokenizer, timeout, "pytrio get_tokenizer")  # type: ignore[no-any-return]
-
     prepare = seed_pytrio_vocab_size if cfg.tokenizer_path is not None else None
     training, sampler = open_training_client(
         service_client,
         cfg,
         pytrio_flavor(trio),
-        load_tokenizer=load_tokenizer,
         resume_from=resume_from,
         limits=limits,
         prepare=prepare,

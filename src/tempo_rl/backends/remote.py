@@ -253,13 +253,22 @@ def to_service_adam(params: AdamParams, types: ModuleType) -> Any:
 
 
 class _RemoteClient:
-    """What both adapters hold: the SDK client, the flavor, the tokenizer and the timeout policy."""
+    """What both adapters hold: the SDK client, the flavor, the tokenizer, the timeout policy and the service's
+    per-sample token limits (none by default)."""
 
-    def __init__(self, raw: Any, flavor: ServiceFlavor, tokenizer: Tokenizer, retry: RetryConfig) -> None:
+    def __init__(
+        self,
+        raw: Any,
+        flavor: ServiceFlavor,
+        tokenizer: Tokenizer,
+        retry: RetryConfig,
+        limits: SequenceLimits | None = None,
+    ) -> None:
         self.raw = raw
         self.flavor = flavor
         self.tokenizer = tokenizer
         self.retry = retry
+        self.limits = limits or SequenceLimits()
         self.vocab_size = len(tokenizer)
 
     def _what(self, method: str) -> str:
@@ -276,17 +285,6 @@ class RemoteSamplingClient(_RemoteClient):
     ``limits.sample_max_seq_len`` (when the service reports it) bounds ``len(prompt) + max_tokens`` of every
     ``sample``; a longer request fails here, with the numbers, instead of on the service.
     """
-
-    def __init__(
-        self,
-        raw: Any,
-        flavor: ServiceFlavor,
-        tokenizer: Tokenizer,
-        retry: RetryConfig,
-        limits: SequenceLimits | None = None,
-    ) -> None:
-        super().__init__(raw, flavor, tokenizer, retry)
-        self.limits = limits or SequenceLimits()
 
     def _prompt(self, tokens: Sequence[int], what: str) -> Any:
         ids = [int(t) for t in tokens]
@@ -402,9 +400,8 @@ class RemoteTrainingClient(_RemoteClient):
         limits: SequenceLimits | None = None,
         prepare: Callable[[Any, Tokenizer], None] | None = None,
     ) -> None:
-        super().__init__(raw, flavor, tokenizer, retry)
+        super().__init__(raw, flavor, tokenizer, retry, limits)
         self.service = service
-        self.limits = limits or SequenceLimits()
         self._prepare = prepare
         self._tag = secrets.token_hex(4)
         self._saves = 0
@@ -518,23 +515,34 @@ class RemoteTrainingClient(_RemoteClient):
         return RemoteSamplingClient(raw_sampler, self.flavor, self.tokenizer, self.retry, self.limits)
 
 
+def _service_tokenizer(raw: Any, tokenizer_path: str | None, timeout_s: float, service: str) -> Tokenizer:
+    """The tokenizer saved at ``tokenizer_path``, else the SDK training client's own (``raw.get_tokenizer()``)."""
+    if tokenizer_path is not None:
+        from tempo_rl.backends.local.tokenizer import load_tokenizer
+
+        tok: Any = load_tokenizer(tokenizer_path)
+        return tok  # type: ignore[no-any-return]
+    return run_blocking(raw.get_tokenizer, timeout_s, f"{service} get_tokenizer")  # type: ignore[no-any-return]
+
+
 def open_training_client(
     service_client: Any,
     cfg: Any,
     flavor: ServiceFlavor,
     *,
-    load_tokenizer: Callable[[Any], Tokenizer],
     resume_from: str | None = None,
     limits: SequenceLimits | None = None,
     prepare: Callable[[Any, Tokenizer], None] | None = None,
 ) -> tuple[RemoteTrainingClient, RemoteSamplingClient]:
     """The adapter over a new service training client, and a sampling client on its weights.
 
+    The tokenizer is the one saved at ``cfg.tokenizer_path`` when set, else the SDK training client's
+    ``get_tokenizer()`` (bounded by ``cfg.retry.result_timeout_s``).
+
     Args:
         service_client: the SDK's ``ServiceClient`` (or a stub with its API).
-        cfg: the remote backend config (LoRA settings, ``retry``).
+        cfg: the remote backend config (LoRA settings, ``tokenizer_path``, ``retry``).
         flavor: the service's :class:`ServiceFlavor`.
-        load_tokenizer: given the SDK training client, the tokenizer (local dir or the SDK's).
         resume_from: a path returned by ``save_state``: the training client is created from it with its
             optimizer state (``create_training_client_from_state_with_optimizer``) instead of fresh LoRA weights.
         limits: the service's per-sample token limits.
@@ -545,7 +553,7 @@ def open_training_client(
         raw = create_lora_training_client(service_client, cfg, flavor.name)
     else:
         raw = create_training_client_from_state(service_client, resume_from, timeout, flavor.name)
-    tokenizer = load_tokenizer(raw)
+    tokenizer = _service_tokenizer(raw, cfg.tokenizer_path, timeout, flavor.name)
     training = RemoteTrainingClient(
         raw, flavor, tokenizer, cfg.retry, service=service_client, limits=limits, prepare=prepare
     )

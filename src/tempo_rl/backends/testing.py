@@ -251,11 +251,20 @@ class _StubService:
         return [m for m, _ in self.calls]
 
 
-# ------------------------------------------------------------------------------------------------ PyTRIO
-class _PyTrioSampling:
+class _StubSampling:
+    """What both SDKs' sampling clients share: the delegate sampler and ``compute_logprobs``."""
+
     def __init__(self, core: _Core, local_sampler: Any) -> None:
         self._core, self._local = core, local_sampler
 
+    def compute_logprobs(self, prompt: Any) -> _Future:
+        hang = self._core.enter("compute_logprobs")
+        ids = self._core.check_model_input(prompt, "prompt")
+        return _Future(hang=True) if hang else _Future(self._local.compute_logprobs(ids))
+
+
+# ------------------------------------------------------------------------------------------------ PyTRIO
+class _PyTrioSampling(_StubSampling):
     def _response(self, res: Any) -> Any:
         t = self._core.types
         return t.SampleResponse(
@@ -303,11 +312,6 @@ class _PyTrioSampling:
         if hang:
             await asyncio.Event().wait()
         return self._response(await self._local.sample_async(ids, n, sp))
-
-    def compute_logprobs(self, prompt: Any) -> _Future:
-        hang = self._core.enter("compute_logprobs")
-        ids = self._core.check_model_input(prompt, "prompt")
-        return _Future(hang=True) if hang else _Future(self._local.compute_logprobs(ids))
 
     async def compute_logprobs_async(self, prompt: Any) -> list[float | None]:
         self._core.enter("compute_logprobs_async")
@@ -510,10 +514,7 @@ class RecordingPyTrioService(_StubService):
 
 
 # ------------------------------------------------------------------------------------------------ Tinker
-class _TinkerSampling:
-    def __init__(self, core: _Core, local_sampler: Any) -> None:
-        self._core, self._local = core, local_sampler
-
+class _TinkerSampling(_StubSampling):
     def _response(self, res: Any) -> Any:
         t = self._core.types
         return t.SampleResponse(
@@ -542,11 +543,6 @@ class _TinkerSampling:
             stacklevel=2,
         )
         return await self.sample(prompt, num_samples, sampling_params, **kwargs)
-
-    def compute_logprobs(self, prompt: Any) -> _Future:
-        hang = self._core.enter("compute_logprobs")
-        ids = self._core.check_model_input(prompt, "prompt")
-        return _Future(hang=True) if hang else _Future(self._local.compute_logprobs(ids))
 
     async def compute_logprobs_async(self, prompt: Any) -> list[float | None]:
         warnings.warn(

@@ -27,7 +27,6 @@ from tempo_rl.backends.remote import (
     run_blocking,
 )
 from tempo_rl.backends.retry import call_with_retry
-from tempo_rl.backends.types import Tokenizer
 
 __all__ = ["create_tinker_clients", "tinker_credentials_available", "tinker_flavor"]
 
@@ -86,14 +85,4 @@ def create_tinker_clients(
             what="tinker ServiceClient()",
         )
 
-    def load_tokenizer(raw: Any) -> Tokenizer:
-        if cfg.tokenizer_path is not None:
-            from tempo_rl.backends.local.tokenizer import load_tokenizer as load
-
-            tok: Any = load(cfg.tokenizer_path)
-            return tok  # type: ignore[no-any-return]
-        return run_blocking(raw.get_tokenizer, timeout, "tinker get_tokenizer")  # type: ignore[no-any-return]
-
-    return open_training_client(
-        service_client, cfg, tinker_flavor(tinker), load_tokenizer=load_tokenizer, resume_from=resume_from
-    )
+    return open_training_client(service_client, cfg, tinker_flavor(tinker), resume_from=resume_from)

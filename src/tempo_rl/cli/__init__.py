@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from tempo_rl._version import __version__
 
@@ -23,6 +24,15 @@ COMMANDS: dict[str, str] = {
     "check-replay": "check_replay",
     "data": "data",
 }
+
+
+def add_documented_parser(subparsers: Any, name: str, doc: str | None, help: str) -> argparse.ArgumentParser:
+    """Register sub-command ``name`` (one line of ``help`` in ``tempo-rl --help``); its own ``--help`` shows
+    ``doc``, the command module's docstring, with its line breaks kept."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    return parser
 
 
 def add_import_option(parser: argparse.ArgumentParser) -> None:

@@ -1,8 +1,9 @@
 """``tempo-rl check-replay <env spec> --steps N --trials K``: verify that an env restores exactly.
 
-Plays random admissible actions, restores at random depths (by replay, and by ``fork()`` where the env has
-one), continues each restored env with the recorded actions and compares every observation digest and state
-fingerprint. Prints a summary (or one JSON line with ``--json``); exits 1 on any divergence and 2 when the
+Plays random actions (admissible ones, and with probability ``--invalid-share`` one the env should reject: an
+inadmissible command or free text, as agents send), restores at random depths (by replay, and by ``fork()``
+where the env has one), continues each restored env with the recorded actions and compares every observation
+digest and state fingerprint. Prints a summary (or one JSON line with ``--json``); exits 1 on any divergence and 2 when the
 env spec is bad (the message lists the available envs or the accepted arguments). ``--import MODULE`` imports
 a module first, so that an env registered there can be checked by name.
 """
@@ -14,17 +15,17 @@ import json
 import sys
 from typing import Any
 
-from tempo_rl.cli import add_import_option, import_user_modules
+from tempo_rl.cli import add_documented_parser, add_import_option, import_user_modules
+
+#: the :func:`~tempo_rl.envs.check.check_replay` parameters this command sets from its options of the same
+#: name (``--continue-steps`` sets ``continue_steps``)
+_CHECK_OPTIONS = ("steps", "trials", "seed", "restores", "continue_steps", "invalid_share")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``check-replay`` sub-command."""
-    parser = subparsers.add_parser(
-        "check-replay",
-        help="verify that an env restores exactly (random play, restores at random depths)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "verify that an env restores exactly (random play, restores at random depths)"
+    parser = add_documented_parser(subparsers, "check-replay", __doc__, summary)
     parser.add_argument(
         "spec",
         help="env spec: NAME or NAME:key=value,... e.g. knights, keydoor:horizon=40, textworld:path=game.z8",
@@ -41,6 +42,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=5,
         help="recorded actions replayed after each restore (default 5)",
     )
+    parser.add_argument(
+        "--invalid-share",
+        type=float,
+        default=0.2,
+        help="probability in [0, 1] that an action is one the env should reject: an inadmissible command or "
+        "free text (default 0.2; 0 plays admissible actions only)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a summary")
     add_import_option(parser)
     parser.set_defaults(func=run)
@@ -55,14 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if not import_user_modules("check-replay", getattr(args, "imports", [])):
         return 2
     try:
-        report = check_replay(
-            args.spec,
-            steps=args.steps,
-            trials=args.trials,
-            seed=args.seed,
-            restores=args.restores,
-            continue_steps=args.continue_steps,
-        )
+        report = check_replay(args.spec, **{name: getattr(args, name) for name in _CHECK_OPTIONS})
     except (UnknownEnvError, TypeError, ValueError, ImportError) as exc:
         print(f"tempo-rl check-replay: error: {exc}", file=sys.stderr)
         return 2

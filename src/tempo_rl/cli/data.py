@@ -32,24 +32,18 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tempo_rl.cli import add_documented_parser
+
 DOWNLOAD_HOST = ("github.com", 443)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``data`` sub-command (with one sub-command per dataset: ``alfworld``)."""
-    parser = subparsers.add_parser(
-        "data",
-        help="download or generate environment data (ALFWorld games)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = add_documented_parser(
+        subparsers, "data", __doc__, "download or generate environment data (ALFWorld games)"
     )
     datasets = parser.add_subparsers(dest="dataset", metavar="DATASET")
-    alf = datasets.add_parser(
-        "alfworld",
-        help="ALFWorld text games (json_2.1.1)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    alf = add_documented_parser(datasets, "alfworld", __doc__, "ALFWorld text games (json_2.1.1)")
     alf.add_argument(
         "--dir",
         "--data",
@@ -99,7 +93,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="walkthrough cache for --plan (default $TEMPO_RL_CACHE/alfworld, else ~/.cache/tempo_rl/alfworld)",
     )
     alf.set_defaults(func=run_alfworld)
-    parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
+
+    def show_help(_args: argparse.Namespace) -> int:  # `tempo-rl data` with no dataset
+        parser.print_help()
+        return 2
+
+    parser.set_defaults(func=show_help)
     return parser
 
 

@@ -53,9 +53,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-__all__ = ["Observation", "ReplayableEnv", "StepResult", "check_steps_left", "task_of"]
+_T = TypeVar("_T")
+
+__all__ = ["Observation", "ReplayableEnv", "StepResult", "check_steps_left", "require_reset", "task_of"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,18 @@ def check_steps_left(steps_left: int) -> int:
             f"oracle_value(steps_left) needs an int >= 0 (steps before the limit T), got {steps_left!r}"
         )
     return steps_left
+
+
+def require_reset(value: _T | None) -> _T:
+    """``value``, a piece of an env's episode state (its current frame, last observation, game), which is None
+    until the first ``reset``.
+
+    Raises:
+        RuntimeError: ``value`` is None: the env has not been reset yet.
+    """
+    if value is None:
+        raise RuntimeError("the env has not been reset yet; call reset(seed) first")
+    return value
 
 
 def task_of(observation: Observation) -> str:

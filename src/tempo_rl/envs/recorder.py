@@ -12,7 +12,7 @@ Cost: recording is O(1) per step (one SHA-256 over the observation); ``snapshot(
 
 from __future__ import annotations
 
-from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult
+from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult, require_reset
 from tempo_rl.envs.snapshot import EnvSpec, Snapshot, observation_digest
 
 __all__ = ["RecordedEnv"]
@@ -91,9 +91,7 @@ class RecordedEnv(ReplayableEnv):
     @property
     def last_observation(self) -> Observation:
         """The most recent observation (raises if the env was never reset)."""
-        if self._last is None:
-            raise RuntimeError("the env has not been reset yet; call reset(seed) first")
-        return self._last
+        return require_reset(self._last)
 
     @property
     def last_state_fingerprint(self) -> str | None:

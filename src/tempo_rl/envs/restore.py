@@ -24,7 +24,7 @@ import difflib
 import importlib
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from tempo_rl.envs.core import Observation, ReplayableEnv
@@ -120,6 +120,7 @@ class SnapshotMismatchError(ValueError):
     """The snapshot belongs to another env (its spec differs from the env it is being restored into)."""
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class ReplayDivergenceError(RuntimeError):
     """Replaying a snapshot's actions did not reproduce its recorded observations: the env is not
     deterministic (or its code, data or arguments changed since the snapshot was taken).
@@ -131,49 +132,30 @@ class ReplayDivergenceError(RuntimeError):
         actual: the observation text the env produced now.
         kind: ``"observation"`` (text / admissible actions differ) or ``"state"`` (hidden-state fingerprint).
         snapshot_id: :attr:`Snapshot.id` of the snapshot being restored.
+        detail: what differs, when not the texts' diff (e.g. the admissible actions).
     """
 
-    def __init__(
-        self,
-        *,
-        step: int,
-        action: str | None,
-        expected: str,
-        actual: str,
-        kind: str = "observation",
-        snapshot_id: str = "",
-        detail: str = "",
-    ) -> None:
-        self.step = step
-        self.action = action
-        self.expected = expected
-        self.actual = actual
-        self.kind = kind
-        self.snapshot_id = snapshot_id
-        self.detail = detail
+    step: int
+    action: str | None
+    expected: str
+    actual: str
+    kind: str = "observation"
+    snapshot_id: str = ""
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        step, action = self.step, self.action
         where = "at reset (step 0)" if action is None else f"at step {step} after action {action!r}"
-        diff = detail or text_diff(expected, actual)
+        diff = self.detail or text_diff(self.expected, self.actual)
         super().__init__(
-            f"replay diverged {where} ({kind} mismatch) while restoring snapshot {snapshot_id or '?'}: "
-            f"the env is not deterministic, or it changed since the snapshot was taken.\n{diff}"
+            f"replay diverged {where} ({self.kind} mismatch) while restoring snapshot "
+            f"{self.snapshot_id or '?'}: the env is not deterministic, or it changed since the snapshot was "
+            f"taken.\n{diff}"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle by keyword arguments (so the error crosses process boundaries, e.g. env worker pools)."""
-        return (
-            _rebuild_divergence,
-            (
-                {
-                    "step": self.step,
-                    "action": self.action,
-                    "expected": self.expected,
-                    "actual": self.actual,
-                    "kind": self.kind,
-                    "snapshot_id": self.snapshot_id,
-                    "detail": self.detail,
-                },
-            ),
-        )
+        return (_rebuild_divergence, ({f.name: getattr(self, f.name) for f in fields(self)},))
 
 
 def text_diff(expected: str, actual: str, *, max_chars: int = 600) -> str:

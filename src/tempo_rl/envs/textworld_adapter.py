@@ -46,6 +46,10 @@ def clean_feedback(text: str) -> str:
     return "\n".join(kept).strip()
 
 
+#: the facts TextWorld is asked to report with every observation (``textworld.EnvInfos`` flags)
+_GAME_INFOS = ("admissible_commands", "won", "lost", "score", "max_score", "objective")
+
+
 class TextWorldEnv(ReplayableEnv):
     """One TextWorld game file.
 
@@ -83,15 +87,7 @@ class TextWorldEnv(ReplayableEnv):
 
     def _start(self) -> Any:
         textworld = require("textworld", "alfworld")
-        infos = textworld.EnvInfos(
-            admissible_commands=True,
-            won=True,
-            lost=True,
-            score=True,
-            max_score=True,
-            objective=True,
-            extras=["walkthrough"],
-        )
+        infos = textworld.EnvInfos(**dict.fromkeys(_GAME_INFOS, True), extras=["walkthrough"])
         from tempo_rl.envs.alfworld.compat import make_parsers_thread_safe
 
         make_parsers_thread_safe()  # one TatSu parser per thread: games may load in several threads

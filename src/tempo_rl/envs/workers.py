@@ -31,8 +31,8 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal, NoReturn
 
 from tempo_rl._optional import require
 
@@ -80,15 +80,8 @@ class WorkerPoolStats:
         return self.errors + self.timeouts + self.crashes
 
     def as_metrics(self, prefix: str = "workers/") -> dict[str, float]:
-        """The counters as slash-namespaced metrics."""
-        return {
-            f"{prefix}calls": float(self.calls),
-            f"{prefix}errors": float(self.errors),
-            f"{prefix}timeouts": float(self.timeouts),
-            f"{prefix}crashes": float(self.crashes),
-            f"{prefix}replaced": float(self.replaced),
-            f"{prefix}env_seconds": self.env_seconds,
-        }
+        """The counters as slash-namespaced metrics (``{prefix}{field}``, in field order)."""
+        return {f"{prefix}{f.name}": float(getattr(self, f.name)) for f in fields(self)}
 
 
 class EnvHandle:
@@ -429,29 +422,8 @@ class RayEnvWorkerPool:
             start = time.perf_counter()
             try:
                 return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout)
-            except TimeoutError:
-                self.stats.timeouts += 1
-                self._replace(handle)
-                raise EnvWorkerError(
-                    f"env call {method!r} exceeded its timeout of {timeout} s; the actor was "
-                    f"replaced and the env must be restored",
-                    kind="timeout",
-                    method=method,
-                ) from None
-            except ray.exceptions.RayActorError as exc:
-                self.stats.crashes += 1
-                self._replace(handle)
-                raise EnvWorkerError(
-                    f"the env actor died during {method!r}; it was replaced and the env must be restored",
-                    kind="crash",
-                    method=method,
-                ) from exc
-            except ray.exceptions.RayTaskError as exc:
-                self.stats.errors += 1
-                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-                raise EnvWorkerError(
-                    f"env call {method!r} raised {type(cause).__name__}: {cause}", kind="error", method=method
-                ) from exc
+            except (TimeoutError, ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+                self._fail(handle, method, exc, timeout)
             finally:
                 self.stats.env_seconds += time.perf_counter() - start
 
@@ -497,25 +469,49 @@ class RayEnvWorkerPool:
         if not isinstance(handle, _RayHandle):
             raise TypeError("call_sync needs a RemoteEnv or a handle of this pool")
         ref = handle.actor.call.remote(method, args, kwargs)
+        ray = self.ray
         try:
-            return self.ray.get(ref, timeout=self.step_timeout_s)
-        except self.ray.exceptions.GetTimeoutError:
+            return ray.get(ref, timeout=self.step_timeout_s)
+        except (
+            ray.exceptions.GetTimeoutError,
+            ray.exceptions.RayActorError,
+            ray.exceptions.RayTaskError,
+        ) as exc:
+            self._fail(handle, method, exc, self.step_timeout_s)
+
+    def _fail(self, handle: _RayHandle, method: str, exc: BaseException, timeout: float | None) -> NoReturn:
+        """Count a failed call and raise it as :class:`EnvWorkerError`; a timed-out or dead actor is replaced.
+
+        ``exc`` is a timeout (asyncio's, or ray's ``GetTimeoutError``), ``RayActorError`` (the actor died) or
+        ``RayTaskError`` (the env raised; its cause is reported, even when the cause is itself a timeout).
+        """
+        ray = self.ray
+        task_error = isinstance(exc, ray.exceptions.RayTaskError)
+        if isinstance(exc, ray.exceptions.GetTimeoutError) or (
+            isinstance(exc, TimeoutError) and not task_error
+        ):
             self.stats.timeouts += 1
             self._replace(handle)
             raise EnvWorkerError(
-                f"env call {method!r} exceeded step_timeout_s={self.step_timeout_s}",
+                f"env call {method!r} exceeded its timeout of {timeout} s; the actor was replaced and the env "
+                "must be restored",
                 kind="timeout",
                 method=method,
             ) from None
-        except self.ray.exceptions.RayActorError as exc:
+        if isinstance(exc, ray.exceptions.RayActorError):
             self.stats.crashes += 1
             self._replace(handle)
             raise EnvWorkerError(
-                f"the env actor died during {method!r}", kind="crash", method=method
+                f"the env actor died during {method!r}; it was replaced and the env must be restored",
+                kind="crash",
+                method=method,
             ) from exc
-        except self.ray.exceptions.RayTaskError as exc:
-            self.stats.errors += 1
-            raise EnvWorkerError(f"env call {method!r} raised: {exc}", kind="error", method=method) from exc
+        self.stats.errors += 1
+        cause = getattr(exc, "cause", None)
+        cause = exc if cause is None else cause
+        raise EnvWorkerError(
+            f"env call {method!r} raised {type(cause).__name__}: {cause}", kind="error", method=method
+        ) from exc
 
     def release(self, handle: EnvHandle) -> None:
         """Kill one env's actor (its env is closed with its process)."""

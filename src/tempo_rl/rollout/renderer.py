@@ -119,7 +119,16 @@ class Extension:
 
 @dataclass
 class RendererStats:
-    """Counters: extensions done, restarts (history rewrites), full renders, checks, tokens appended."""
+    """What a :class:`ChatRenderer` did since it was made.
+
+    Attributes:
+        extensions: prompts extended by appending the new turns' tokens.
+        restarts: prompts rendered afresh because the template rewrote history (see :attr:`restart_reasons`).
+        full_renders: full renders of a conversation (first prompts and restarts).
+        checks: extensions compared with a full re-render (``check=True``).
+        appended_tokens: tokens appended by the extensions.
+        restart_reasons: restarts counted by reason.
+    """
 
     extensions: int = 0
     restarts: int = 0

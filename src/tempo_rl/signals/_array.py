@@ -241,6 +241,21 @@ def prepare_mask(b: Backend, mask: Any | None, values: Any, values_name: str) ->
     return m
 
 
+def masked_floats(name: str, values: Any, mask: Any | None) -> tuple[Backend, Any, Any | None]:
+    """The validated ``(backend, x, mask)`` of a signal's masked input ``values`` of shape ``[..., N]``.
+
+    ``x`` is ``values`` as floats; it must have at least one axis (the last one: a group or time axis),
+    ``mask`` (when given) its shape, and every unmasked entry must be finite. Raises ValueError naming
+    ``name`` otherwise.
+    """
+    b = resolve_backend(values, mask)
+    x = b.floats(values, name)
+    check_has_group_axis(name, x)
+    m = prepare_mask(b, mask, x, name)
+    check_finite(b, name, x, m)
+    return b, x, m
+
+
 def group_mean(b: Backend, x: Any, mask: Any | None) -> tuple[Any, Any | None]:
     """Masked mean over the last axis and the per-group count of unmasked entries.
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from tempo_rl.signals._array import (
-    check_finite,
     check_has_group_axis,
     group_mean,
+    masked_floats,
     prepare_mask,
     resolve_backend,
 )
@@ -55,11 +55,7 @@ def group_advantages(values: Any, *, mask: Any = None, normalize: str | None = N
     """
     if normalize not in _NORMALIZE:
         raise ValueError(f"normalize must be one of {_NORMALIZE}; got {normalize!r}.")
-    b = resolve_backend(values, mask)
-    x = b.floats(values, "values")
-    check_has_group_axis("values", x)
-    m = prepare_mask(b, mask, x, "values")
-    check_finite(b, "values", x, m)
+    b, x, m = masked_floats("values", values, mask)
     mean, _ = group_mean(b, x, m)
     centred = x - mean[..., None]
     if m is not None:

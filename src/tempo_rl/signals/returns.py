@@ -19,10 +19,9 @@ from typing import Any
 
 from tempo_rl.signals._array import (
     check_finite,
-    check_has_group_axis,
     check_same_shape,
     group_mean,
-    prepare_mask,
+    masked_floats,
     resolve_backend,
 )
 
@@ -135,11 +134,7 @@ def td_targets(returns: Any, *, mask: Any = None) -> Any:
         >>> float(td_targets([0.6, 0.2, 1.0, 0.0]))
         0.45
     """
-    b = resolve_backend(returns, mask)
-    x = b.floats(returns, "returns")
-    check_has_group_axis("returns", x)
-    m = prepare_mask(b, mask, x, "returns")
-    check_finite(b, "returns", x, m)
+    b, x, m = masked_floats("returns", returns, mask)
     mean, _ = group_mean(b, x, m)
     return b.finish(mean)
 
@@ -168,11 +163,7 @@ def monte_carlo_returns(rewards: Any, *, gamma: float = 1.0, mask: Any = None) -
         array([0.25, 0.5 , 1.  ])
     """
     g = _check_gamma(gamma)
-    b = resolve_backend(rewards, mask)
-    r = b.floats(rewards, "rewards")
-    check_has_group_axis("rewards", r)
-    m = prepare_mask(b, mask, r, "rewards")
-    check_finite(b, "rewards", r, m)
+    b, r, m = masked_floats("rewards", rewards, mask)
     steps = r.shape[-1]
     if steps == 0:
         return b.finish(r)

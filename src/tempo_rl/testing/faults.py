@@ -77,17 +77,6 @@ GARBAGE: tuple[str, ...] = (
     "</tool_call><tool_call>{}</tool_call>",
 )
 
-FAULT_KINDS: tuple[str, ...] = (
-    "env_crash",
-    "env_hang",
-    "replay_divergence",
-    "backend_timeout",
-    "backend_transient",
-    "optim_fail",
-    "optim_lost_ack",
-    "garbage",
-)
-
 
 class InjectedFault(Exception):
     """Base class of every injected failure (never raised by production code)."""
@@ -132,6 +121,10 @@ class FaultRates:
     def uniform(cls, rate: float) -> FaultRates:
         """The same ``rate`` for every kind of fault."""
         return cls(**{name: rate for name in FAULT_KINDS})
+
+
+#: the kinds of fault, in the order of :class:`FaultRates`' fields
+FAULT_KINDS: tuple[str, ...] = tuple(f.name for f in fields(FaultRates))
 
 
 class FaultPlan:

@@ -76,6 +76,13 @@ def _vocab_size(model: Any) -> int:
     return int(model.get_input_embeddings().weight.shape[0])
 
 
+def _check_cache_bytes(prefix_cache_bytes: int | None) -> None:
+    if prefix_cache_bytes is not None and prefix_cache_bytes < 0:
+        raise ValueError(
+            f"prefix_cache_bytes must be >= 0 (0 = no prefix cache, None = default), got {prefix_cache_bytes}"
+        )
+
+
 def _max_positions(model: Any) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
@@ -123,10 +130,7 @@ class LocalSamplingClient:
         #: number of batched sampling computations run, and requests served (coalescing = requests / batches)
         self.batches_run = 0
         self.requests_served = 0
-        if prefix_cache_bytes is not None and prefix_cache_bytes < 0:
-            raise ValueError(
-                f"prefix_cache_bytes must be >= 0 (0 = no prefix cache, None = default), got {prefix_cache_bytes}"
-            )
+        _check_cache_bytes(prefix_cache_bytes)
         self.counters = PrefixCacheCounters()
         counters = (self.counters,) if shared_counters is None else (self.counters, shared_counters)
         self._counters = counters
@@ -305,10 +309,7 @@ class LocalTrainingClient:
         prefix_cache_bytes: int | None = None,
     ) -> None:
         torch = require("torch", "local")
-        if prefix_cache_bytes is not None and prefix_cache_bytes < 0:
-            raise ValueError(
-                f"prefix_cache_bytes must be >= 0 (0 = no prefix cache, None = default), got {prefix_cache_bytes}"
-            )
+        _check_cache_bytes(prefix_cache_bytes)
         small = sum(p.numel() for p in model.parameters()) < 20_000_000
         if num_threads is None and str(device).startswith("cpu") and small:
             num_threads = 1

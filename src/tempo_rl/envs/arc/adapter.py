@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import abc
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 from tempo_rl.envs.arc.frames import (
@@ -33,7 +34,7 @@ from tempo_rl.envs.arc.frames import (
     parse_action,
     render_frame,
 )
-from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult
+from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult, require_reset
 
 __all__ = ["DEFAULT_TASK", "ArcEnvBase"]
 
@@ -44,6 +45,7 @@ DEFAULT_TASK = (
 )
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class ArcEnvBase(ReplayableEnv):
     """A :class:`ReplayableEnv` over any ARC-AGI-3-style game object.
 
@@ -60,26 +62,19 @@ class ArcEnvBase(ReplayableEnv):
     :meth:`privileged_info` and :meth:`walkthrough`.
     """
 
-    def __init__(
-        self,
-        *,
-        max_steps: int = 30,
-        scale: int = 1,
-        sep: str = "",
-        list_clicks: bool = True,
-        task: str = DEFAULT_TASK,
-    ) -> None:
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
-        if not isinstance(scale, int) or scale < 1 or 64 % scale:
-            raise ValueError(f"scale must divide 64 (1, 2, 4, 8, ...), got {scale!r}")
-        if sep not in ("", " "):
-            raise ValueError(f"sep must be '' or ' ', got {sep!r}")
-        self.max_steps = max_steps
-        self.scale = scale
-        self.sep = sep
-        self.list_clicks = list_clicks
-        self.task = task
+    max_steps: int = 30
+    scale: int = 1
+    sep: str = ""
+    list_clicks: bool = True
+    task: str = DEFAULT_TASK
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_steps, int) or self.max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {self.max_steps!r}")
+        if not isinstance(self.scale, int) or self.scale < 1 or 64 % self.scale:
+            raise ValueError(f"scale must divide 64 (1, 2, 4, 8, ...), got {self.scale!r}")
+        if self.sep not in ("", " "):
+            raise ValueError(f"sep must be '' or ' ', got {self.sep!r}")
         self._game: Any = None
         self._frame: ArcFrame | None = None
         self._steps = 0
@@ -110,9 +105,7 @@ class ArcEnvBase(ReplayableEnv):
     @property
     def frame(self) -> ArcFrame:
         """The current frame (raises before the first reset)."""
-        if self._frame is None:
-            raise RuntimeError("the env has not been reset yet; call reset(seed) first")
-        return self._frame
+        return require_reset(self._frame)
 
     @property
     def steps(self) -> int:

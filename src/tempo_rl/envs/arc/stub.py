@@ -19,10 +19,10 @@ from __future__ import annotations
 import inspect
 
 from tempo_rl.envs.arc import stub_game
-from tempo_rl.envs.arc.adapter import DEFAULT_TASK, ArcEnvBase
+from tempo_rl.envs.arc.adapter import ArcEnvBase
 from tempo_rl.envs.arc.frames import ArcAction, ArcFrame
 from tempo_rl.envs.arc.stub_game import HiddenRuleGame
-from tempo_rl.envs.core import check_steps_left
+from tempo_rl.envs.core import check_steps_left, require_reset
 
 __all__ = ["ArcStubEnv"]
 
@@ -53,9 +53,7 @@ class ArcStubEnv(ArcEnvBase):
         sep: str = "",
         list_clicks: bool = True,
     ) -> None:
-        super().__init__(
-            max_steps=max_steps, scale=scale, sep=sep, list_clicks=list_clicks, task=DEFAULT_TASK
-        )
+        super().__init__(max_steps=max_steps, scale=scale, sep=sep, list_clicks=list_clicks)
         HiddenRuleGame(0, levels, n_tiles, lives)  # validate the arguments now, not at the first reset
         self.levels, self.n_tiles, self.lives = levels, n_tiles, lives
         self._game: HiddenRuleGame | None = None
@@ -69,9 +67,7 @@ class ArcStubEnv(ArcEnvBase):
         return self._live_game()
 
     def _live_game(self) -> HiddenRuleGame:
-        if self._game is None:
-            raise RuntimeError("the env has not been reset yet; call reset(seed) first")
-        return self._game
+        return require_reset(self._game)
 
     def _game_reset(self) -> ArcFrame:
         return self._live_game().reset()

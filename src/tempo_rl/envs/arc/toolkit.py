@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tempo_rl._optional import MissingDependencyError
-from tempo_rl.envs.arc.adapter import DEFAULT_TASK, ArcEnvBase
+from tempo_rl.envs.arc.adapter import ArcEnvBase
 from tempo_rl.envs.arc.frames import ArcAction, ArcFrame, GameState
 
 __all__ = ["ArcToolkitEnv", "import_toolkit"]
@@ -100,9 +100,7 @@ class ArcToolkitEnv(ArcEnvBase):
         sep: str = "",
         list_clicks: bool = False,
     ) -> None:
-        super().__init__(
-            max_steps=max_steps, scale=scale, sep=sep, list_clicks=list_clicks, task=DEFAULT_TASK
-        )
+        super().__init__(max_steps=max_steps, scale=scale, sep=sep, list_clicks=list_clicks)
         arc_agi, arcengine = import_toolkit()
         root = Path(environments_dir).expanduser()
         if not root.is_dir():
