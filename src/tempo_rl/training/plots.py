@@ -17,7 +17,15 @@ from typing import Any
 from tempo_rl._optional import require
 from tempo_rl.training.metrics import read_metrics
 
-__all__ = ["ACTOR_PANELS", "CRITIC_PANELS", "Panel", "panel_series", "plot_metrics", "plot_run", "time_panels"]
+__all__ = [
+    "ACTOR_PANELS",
+    "CRITIC_PANELS",
+    "Panel",
+    "panel_series",
+    "plot_metrics",
+    "plot_run",
+    "time_panels",
+]
 
 
 @dataclass(frozen=True)
