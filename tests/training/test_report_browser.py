@@ -49,6 +49,7 @@ def browser() -> Iterator[Any]:
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
     driver.set_page_load_timeout(120)
+    driver.implicitly_wait(10)  # what an expand builds appears on the toggle event, just after the click
     try:
         yield driver
     finally:
@@ -97,7 +98,8 @@ def test_expanding_a_start_shows_its_branches_with_the_recorded_numbers(browser:
     starts = update.find_elements("css selector", "details.start")
     assert len(starts) == 2
     for index, start in enumerate(starts):
-        assert start.find_elements("css selector", "table.branches") == []  # built only when expanded
+        built = "return arguments[0].querySelectorAll('table.branches').length"
+        assert browser.execute_script(built, start) == 0  # built only when expanded
         start.find_element("tag name", "summary").click()
         group = [r for r in recs if r["start_id"] == start.get_attribute("data-start")]
         rows = start.find_elements("css selector", "table.branches tbody tr")
