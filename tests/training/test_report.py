@@ -272,3 +272,20 @@ def test_cli_writes_the_report_and_refuses_a_non_run(run_dir: Path, tmp_path: Pa
     empty.mkdir()
     assert main(["report", str(empty)]) == 1
     assert "neither metrics.jsonl nor trajectories.jsonl" in capsys.readouterr().err
+
+
+def test_grpo_records_group_by_game(tmp_path: Path) -> None:
+    def grpo(game: str, ret: float, adv: float) -> dict[str, Any]:
+        return {"update": 0, "phase": "grpo", "game_id": game, "actions": ["a"], "rewards": [ret],
+                "invalid_actions": 0, "end_reason": "terminated", "won": ret > 0, "return": ret,
+                "advantage": adv}  # fmt: skip
+
+    _write(
+        tmp_path / "trajectories.jsonl", [grpo("g1", 1.0, 0.5), grpo("g1", 0.0, -0.5), grpo("g2", 0.0, 0.0)]
+    )
+    [update] = report_data(tmp_path)["updates"]
+    assert update["phase"] == "grpo"
+    assert [(s["game_id"], [b["advantage"] for b in s["branches"]]) for s in update["starts"]] == [
+        ("g1", [0.5, -0.5]),
+        ("g2", [0.0]),
+    ]
