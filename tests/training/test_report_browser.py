@@ -185,3 +185,51 @@ def test_a_screenshot_of_the_main_view_is_not_blank(browser: Any, run_dir: Path)
     assert 1 - background / (image.width * image.height) > 0.15, "over 85% of the view is one colour"
     # the header band and a chart are drawn where the main view puts them
     assert image.getpixel((10, 10)) != image.getpixel((10, image.height - 10))
+
+
+def test_invalid_turns_quarantines_and_hostile_text_are_shown_as_text(browser: Any, tmp_path: Path) -> None:
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "store"))
+    from storetest_helpers import state
+
+    from tempo_rl.training.store import StateStore
+
+    hostile = "</script><script>document.title='owned'</script><b>bold?</b>"
+    start = {"task": "t", "history_actions": [], "observation": hostile, "parent_id": None, "critic": None}
+    rec = {
+        "update": 0, "phase": "td", "game_id": "g1", "start_id": "s1", "start_round": 0, "fresh": True,
+        "start_macro_index": 0, "start_policy_version": 0, "policy_version": 0, "branch": 0,
+        "actions": ["look", "fly"], "observations": ["ok", hostile], "invalid_turns": [False, True],
+        "rewards": [0.0, 0.0], "invalid_actions": 1, "end_reason": "macro_boundary", "won": False,
+        "return": 0.25, "endpoint_value": 0.25, "advantage": 0.0, "kept": True, "error": None, "start": start,
+    }  # fmt: skip
+    (tmp_path / "trajectories.jsonl").write_text(json.dumps(rec) + "\n")
+    store = StateStore(tmp_path / "store.sqlite")
+    bad = state([1], game="g1", version=0)
+    store.add(bad)
+    store.quarantine(bad.id, "ReplayDivergenceError: observation 1 differs", diff="-a\n+b")
+    store.close()
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": 4.0e9}) + "\n")  # after it
+    log = _open(browser, write_report(tmp_path))
+    assert not _errors(log), log
+    assert browser.title.startswith("tempo-rl report")  # the observation's script did not run
+    update = browser.find_element("css selector", 'details.update[data-update="0"]')
+    assert "1 quarantined" in update.text
+    update.find_element("tag name", "summary").click()
+    quarantine = update.find_element("css selector", ".quarantine")
+    assert (
+        bad.id in quarantine.text
+        and "ReplayDivergenceError" in quarantine.text
+        and "-a\n+b" in quarantine.text
+    )
+    start_el = update.find_element("css selector", "details.start")
+    start_el.find_element("tag name", "summary").click()
+    assert hostile in start_el.find_element("css selector", ".panel pre.obs").text  # as text, not markup
+    branch = start_el.find_element("css selector", "details.branch")
+    branch.find_element("tag name", "summary").click()
+    rows = branch.find_elements("css selector", "table.turns tbody tr")
+    assert [r.get_attribute("class") or "" for r in rows] == ["", "invalid"]
+    assert "invalid" in rows[1].find_elements("tag name", "td")[1].text
+    assert rows[1].find_elements("tag name", "td")[2].text == hostile
