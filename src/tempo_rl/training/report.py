@@ -51,6 +51,7 @@ __all__ = [
     "REPORT_FILE",
     "JsonlFile",
     "RunStatus",
+    "curve_html",
     "quarantined_states",
     "read_jsonl",
     "render_report",
