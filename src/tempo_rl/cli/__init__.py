@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "train": "train",
     "eval": "evaluate",
     "plot": "plot",
+    "report": "report",
     "check-replay": "check_replay",
     "data": "data",
 }

@@ -185,6 +185,7 @@ class BranchResult:
         rounds: env steps in this segment; ``round_index``: env steps since reset at the end.
         invalid_actions: this segment's invalid actions (unreadable tool calls, and actions not in the admissible
             list shown when the env lists one): the count ``invalid_action_penalty`` is charged for.
+        invalid_turns: for each round of this segment, whether its action was one of those invalid actions.
         snapshot: the env snapshot at the end (None after an error).
         error: the error message when ``end_reason == "error"``.
         turn_starts: for each round of this segment, where its sampled turn starts in its token sequence
@@ -218,6 +219,7 @@ class BranchResult:
     windows: list[PromptWindow] = field(default_factory=list)
     turn_seq: list[int] = field(default_factory=list)
     earlier: list[TokenSequence] = field(default_factory=list)
+    invalid_turns: list[bool] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -438,6 +440,7 @@ async def run_branches(
             b.admissible = result.observation.admissible_actions
             b.actions.append(action)
             b.invalid_actions += invalid
+            b.invalid_turns.append(bool(invalid))
             b.rewards.append(float(result.reward) - (settings.invalid_action_penalty if invalid else 0.0))
             b.observations.append(result.observation)
             b.history.append((action, result.observation.text))

@@ -17,7 +17,15 @@ from typing import Any
 from tempo_rl._optional import require
 from tempo_rl.training.metrics import read_metrics
 
-__all__ = ["ACTOR_PANELS", "CRITIC_PANELS", "Panel", "plot_metrics", "plot_run"]
+__all__ = [
+    "ACTOR_PANELS",
+    "CRITIC_PANELS",
+    "Panel",
+    "panel_series",
+    "plot_metrics",
+    "plot_run",
+    "time_panels",
+]
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,7 @@ ACTOR_PANELS: tuple[Panel, ...] = (
 
 
 def _series(records: Sequence[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    """``(update steps, values)`` of one metric: its finite numeric values, in record order."""
     xs, ys = [], []
     for record in records:
         value = record.get(key)
@@ -86,12 +95,25 @@ def _series(records: Sequence[dict[str, float]], key: str) -> tuple[list[float],
     return xs, ys
 
 
+def panel_series(
+    records: Sequence[dict[str, float]], panel: Panel
+) -> list[tuple[str, list[float], list[float]]]:
+    """``(key, steps, values)`` of each of the panel's metrics that has at least one finite value."""
+    series = [(key, *_series(records, key)) for key in panel.keys]
+    return [s for s in series if s[1]]
+
+
+def time_panels(records: Sequence[dict[str, float]]) -> tuple[Panel, ...]:
+    """The time-split panel: every ``time/*`` metric the run logged (none: no panel)."""
+    time_keys = sorted({k for r in records for k in r if k.startswith("time/")})
+    return (Panel("time split", tuple(time_keys), "seconds"),) if time_keys else ()
+
+
 def plot_metrics(
     records: Sequence[dict[str, float]], panels: Sequence[Panel], path: Path, title: str
 ) -> list[str]:
     """Draw the panels that have data into one PNG at ``path``; returns the titles drawn (none: no file)."""
-    drawable = [(p, [(k, *_series(records, k)) for k in p.keys]) for p in panels]
-    drawable = [(p, [s for s in series if s[1]]) for p, series in drawable]
+    drawable = [(p, panel_series(records, p)) for p in panels]
     drawable = [(p, series) for p, series in drawable if series]
     if not drawable:
         return []
@@ -137,11 +159,10 @@ def plot_run(run_dir: Path | str, out_dir: Path | str | None = None) -> dict[str
     if not records:
         raise ValueError(f"{run_dir}/metrics.jsonl holds no records yet; train for at least one update first")
     out = Path(out_dir) if out_dir is not None else run_dir / "plots"
-    time_keys = sorted({k for r in records for k in r if k.startswith("time/")})
     figures = {
         "actor.png": (ACTOR_PANELS, f"actor: {run_dir.name}"),
         "critic.png": (CRITIC_PANELS, f"critic: {run_dir.name}"),
-        "time.png": ((Panel("time split", tuple(time_keys), "seconds"),) if time_keys else (), "time"),
+        "time.png": (time_panels(records), "time"),
     }
     written: dict[str, list[str]] = {}
     for name, (panels, title) in figures.items():

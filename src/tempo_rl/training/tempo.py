@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -172,6 +172,20 @@ def critic_signals(
     """
     if not estimates:
         return [], math.nan
+    _rewards, adv, degenerate = _critic_signal_arrays(estimates, targets, tempo, centred)
+    kept = [
+        (est, adv[i, : est.k].tolist())
+        for i, est in enumerate(estimates)
+        if not degenerate[i] and est.samples
+    ]
+    return kept, float(np.mean(degenerate))
+
+
+def _critic_signal_arrays(
+    estimates: Sequence[CriticEstimates], targets: Sequence[float], tempo: TempoConfig, centred: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rewards, advantages, degenerate)``: ``(S, K)`` rewards and advantages (0 past a state's own K) and
+    the ``(S,)`` degenerate-group flags of :func:`critic_signals`."""
     k = max(e.k for e in estimates)
     values = np.full((len(estimates), k), np.nan)
     mask = np.zeros((len(estimates), k), dtype=bool)
@@ -187,18 +201,68 @@ def critic_signals(
     )
     adv = group_advantages(rewards, mask=mask) if centred else np.where(mask, rewards, 0.0)
     degenerate = np.asarray(degenerate_groups(adv, mask=mask), dtype=bool)
-    kept = [
-        (est, adv[i, : est.k].tolist())
-        for i, est in enumerate(estimates)
-        if not degenerate[i] and est.samples
+    return rewards, adv, degenerate
+
+
+def critic_records(
+    estimates: Sequence[CriticEstimates],
+    targets: Sequence[float],
+    tempo: TempoConfig,
+    *,
+    centred: bool = True,
+    weight: float = 1.0,
+) -> list[dict[str, Any]]:
+    """What ``trajectories.jsonl`` keeps of each state's K critic samples (read by ``tempo-rl report``).
+
+    Per state: ``target`` (its G), ``degenerate`` (all K advantages ~0), ``trained`` (``tempo.train_critic`` on
+    and not degenerate), ``prompt_too_long``, ``omitted_turns``, and per sample its completion ``text``, the
+    parsed ``value`` (NaN when unparsed), the parse ``status``, the ``reward`` ``-|V_k - G| / R_max`` (or
+    Brier, or the failure reward) and the ``advantage`` the critic Datum carries (``weight`` x the reward
+    centred over K, as in :func:`critic_signals`).
+    """
+    if not estimates:
+        return []
+    rewards, adv, degenerate = _critic_signal_arrays(estimates, targets, tempo, centred)
+    return [
+        {
+            "target": float(target),
+            "degenerate": bool(degenerate[i]),
+            "trained": bool(tempo.train_critic and not degenerate[i] and est.samples),
+            "prompt_too_long": bool(est.prompt_too_long),
+            "omitted_turns": int(est.omitted_turns),
+            "samples": [
+                {
+                    "text": sample.sequence.text,
+                    "value": float(est.values[k]),
+                    "status": sample.status.value,
+                    "reward": float(rewards[i, k]),
+                    "advantage": float(weight * adv[i, k]),
+                }
+                for k, sample in enumerate(est.samples)
+            ],
+        }
+        for i, (est, target) in enumerate(zip(estimates, targets))
     ]
-    return kept, float(np.mean(degenerate))
+
+
+def start_record(start: StartState, critic: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``start`` field of the first record of each start state: its task, the actions that led to it, its
+    current observation, its parent state, and its critic samples (:func:`critic_records`, or None)."""
+    state = start.state
+    return {
+        "task": state.task,
+        "history_actions": [str(a) for a, _ in state.history],
+        "observation": state.snapshot.last_observation,
+        "parent_id": state.parent_id,
+        "critic": critic,
+    }
 
 
 def trajectory_record(
-    index: int, phase: str, start: StartState, branch: BranchResult, ret: float, **extra: Any
+    index: int, phase: str, start: StartState, branch: BranchResult, ret: float, /, **extra: Any
 ) -> dict[str, Any]:
-    """One ``trajectories.jsonl`` record of a played branch."""
+    """One ``trajectories.jsonl`` record of a played branch (each action with the observation it got and
+    whether it was invalid; the start's depth ``start_round``, macro-steps and sampling policy version)."""
     return {
         "update": index,
         "phase": phase,
@@ -206,7 +270,11 @@ def trajectory_record(
         "start_id": start.state.id,
         "start_round": start.state.snapshot.round_index,
         "fresh": start.fresh,
+        "start_policy_version": start.state.policy_version,
+        "start_macro_index": start.state.macro_index,
         "actions": list(branch.actions),
+        "observations": [o.text for o in branch.observations],
+        "invalid_turns": list(branch.invalid_turns),
         "rewards": list(branch.rewards),
         "invalid_actions": branch.invalid_actions,
         "end_reason": branch.end_reason,
@@ -223,8 +291,14 @@ def td_records(
     results: Sequence[Sequence[BranchResult]],
     batch: TDBatch,
     endpoints: EndpointValues,
+    *,
+    policy_version: int | None = None,
+    start_critic: Mapping[int, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The trajectory records of a TD update: each branch with its return, endpoint value and advantage."""
+    """The trajectory records of a TD update: each branch with its return, endpoint value and advantage; the
+    first branch of each start also carries :func:`start_record` (with ``start_critic[i]``, the critic
+    samples on start ``i``, when given)."""
+    critic = start_critic or {}
     return [
         trajectory_record(
             index,
@@ -232,9 +306,12 @@ def td_records(
             starts[i],
             b,
             float(batch.returns[i, j]),
+            branch=j,
+            policy_version=policy_version,
             endpoint_value=float(endpoints.values[i, j]),
             advantage=float(batch.advantages[i, j]),
             kept=bool(batch.mask[i, j]),
+            **({"start": start_record(starts[i], critic.get(i))} if j == 0 else {}),
         )
         for i, row in enumerate(results)
         for j, b in enumerate(row)
@@ -290,11 +367,16 @@ class TempoTrainer(MacroStepTrainer):
         t = self.config.tempo
         if not t.train_critic:
             return [], math.nan
-        centred = t.td_critic_baseline == "group_mean" if td else True
-        weight = t.td_critic_weight if td else 1.0
+        centred, weight = self.critic_centring(td=td)
         kept, degenerate = critic_signals(estimates, targets, t, centred=centred)
         datums = [d for est, adv in kept for d in self.critic_datums(est, [weight * a for a in adv])]
         return datums, degenerate
+
+    def critic_centring(self, *, td: bool) -> tuple[bool, float]:
+        """``(centred, weight)`` of the critic's advantages: in TD per ``tempo.td_critic_baseline`` and
+        ``tempo.td_critic_weight``; the warm-up always centres, at weight 1."""
+        t = self.config.tempo
+        return (t.td_critic_baseline == "group_mean", t.td_critic_weight) if td else (True, 1.0)
 
     # --------------------------------------------------------------------------------------------- warm-up
 
@@ -306,12 +388,14 @@ class TempoTrainer(MacroStepTrainer):
             games = [self.next_fresh_game() for _ in range(t.warmup_games_per_batch)]
             starts, _failed = await self.fresh_starts(t.branches, games)
         results, rstats = await self.play(starts, segment_rounds=None, timer=timer)
-        boundary, stored, trajectories = self.warmup_boundaries(index, starts, results)
+        boundary, stored, trajectories, slots = self.warmup_boundaries(index, starts, results)
         with timer.part("sampling"):
             estimates = await self.estimate_many(
                 [self.critic_query(s) for s, _ in boundary], t.critic_samples
             )
         targets = [g for _, g in boundary]
+        for slot, record in zip(slots, critic_records(estimates, targets, t)):
+            slot["critic"] = record
         datums, critic_degenerate = self.critic_datums_of(estimates, targets, td=False)
         metrics = critic_metrics(estimates, targets)  # before the step: the error of the policy that sampled
         if t.train_actor:  # advantage 0: the episodes' actor tokens are trained by the KL anchor alone, if on
@@ -338,9 +422,11 @@ class TempoTrainer(MacroStepTrainer):
 
     def warmup_boundaries(
         self, index: int, starts: Sequence[StartState], results: Sequence[Sequence[BranchResult]]
-    ) -> tuple[list[tuple[StoredState, float]], int, list[dict[str, Any]]]:
+    ) -> tuple[list[tuple[StoredState, float]], int, list[dict[str, Any]], list[dict[str, Any]]]:
         """The warm-up's boundary states with their Monte Carlo targets ``G_t = sum_{u >= t} r_u``, how many
-        non-terminal boundary states went into the store, and the trajectory records.
+        non-terminal boundary states went into the store, the trajectory records, and for each boundary state
+        the dict (inside a record) that receives its critic samples: a branch's ``boundaries`` entry
+        ``{"round", "target"}``, or the start's ``start`` field (:func:`start_record`) on its first record.
 
         Every H rounds strictly before an episode's end is a boundary; each episode contributes at most
         ``tempo.warmup_states_per_episode`` of them (drawn uniformly) as critic targets, and every one goes
@@ -348,11 +434,14 @@ class TempoTrainer(MacroStepTrainer):
         """
         t = self.config.tempo
         boundary: list[tuple[StoredState, float]] = []
+        slots: list[dict[str, Any]] = []
         stored = 0
         trajectories = []
+        version = self.state.policy_version
         for start, row in zip(starts, results):
             start_returns: list[float] = []
-            for branch in row:
+            first: dict[str, Any] | None = None
+            for j, branch in enumerate(row):
                 if branch.end_reason == "error":
                     continue
                 returns = monte_carlo_returns(np.asarray(branch.rewards, dtype=np.float64))
@@ -368,14 +457,32 @@ class TempoTrainer(MacroStepTrainer):
                     if m is None or m >= len(candidates)
                     else sorted(self.rng.choice(candidates, size=m, replace=False).tolist())
                 )
+                marks: list[dict[str, Any]] = []
                 for r in chosen:
                     state = self.endpoint_state(start.state, branch, r)
                     if state is not None:
                         boundary.append((state, float(returns[r])))
-                trajectories.append(trajectory_record(index, "warmup", start, branch, start_returns[-1]))
-            if start_returns:  # the start state once, against the mean of its branches' returns
+                        marks.append({"round": r, "target": float(returns[r])})
+                slots.extend(marks)
+                record = trajectory_record(
+                    index,
+                    "warmup",
+                    start,
+                    branch,
+                    start_returns[-1],
+                    branch=j,
+                    policy_version=version,
+                    boundaries=marks,
+                )
+                if first is None:
+                    first = record["start"] = start_record(start)
+                trajectories.append(record)
+            if (
+                start_returns and first is not None
+            ):  # the start once, against the mean of its branches' returns
                 boundary.append((start.state, float(np.mean(start_returns))))
-        return boundary, stored, trajectories
+                slots.append(first)
+        return boundary, stored, trajectories, slots
 
     # --------------------------------------------------------------------------------------------- TD
 
@@ -383,6 +490,7 @@ class TempoTrainer(MacroStepTrainer):
         """One TEMPO TD update (see the module docstring)."""
         t = self.config.tempo
         timer = UpdateTimer()
+        version = self.state.policy_version  # the policy that samples this update
         with timer.part("restore"):
             starts, divergences = await self.td_starts()
         results, rstats = await self.play(starts, segment_rounds=t.macro_rounds, timer=timer)
@@ -415,7 +523,19 @@ class TempoTrainer(MacroStepTrainer):
             **rollout_metrics(rstats),
             **timer.metrics(),
         )
-        self.write_trajectories(td_records(index, starts, results, batch, endpoints))
+        centred, weight = self.critic_centring(td=True)
+        start_critic = critic_records(start_estimates, targets, t, centred=centred, weight=weight)
+        self.write_trajectories(
+            td_records(
+                index,
+                starts,
+                results,
+                batch,
+                endpoints,
+                policy_version=version,
+                start_critic=dict(zip(critic_idx, start_critic)),
+            )
+        )
         return metrics
 
     async def value_endpoints(
