@@ -28,6 +28,7 @@ decision share near 0.5 and negative held-out surrogates, i.e. the decision gets
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import tempfile
 from collections.abc import Sequence
@@ -79,7 +80,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--config", default=str(MAIN_JOB))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--updates", type=int, default=16, help="TD updates (steps measured: updates - 1)")
-    p.add_argument("--decision-after", default="take", help="the decision tokens follow this text's last token")
+    p.add_argument(
+        "--decision-after", default="take", help="the decision tokens follow this text's last token"
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     p.add_argument("--quick", action="store_true", help="3 TD updates on a short warm start (a smoke run)")
     args = p.parse_args(argv)
@@ -98,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         steps: list[tuple[list[Datum], Any, Any]] = []
         inner = trainer.train_step
 
-        def recorded(datums: Sequence[Datum], timer: Any = None, substeps: int | None = None) -> dict[str, float]:
+        def recorded(
+            datums: Sequence[Datum], timer: Any = None, substeps: int | None = None
+        ) -> dict[str, float]:
             before = trainer.c.sampler
             out = inner(datums, timer, substeps=substeps)
             steps.append(([d for d in datums if d.tags.get("role") == "actor"], before, trainer.c.sampler))
@@ -107,15 +112,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         trainer.train_step = recorded  # type: ignore[method-assign]
         trainer.train()
         rows = []
-        for (datums, old, new), (following, _, _) in zip(steps, steps[1:]):
+        for (datums, old, new), (following, _, _) in itertools.pairwise(steps):
             t_all, t_dec, n_dec = surrogate(datums, rescore(datums, old), rescore(datums, new), after_token)
-            h_all, h_dec, _ = surrogate(following, rescore(following, old), rescore(following, new), after_token)
+            h_all, h_dec, _ = surrogate(
+                following, rescore(following, old), rescore(following, new), after_token
+            )
             rows.append((t_all, t_dec, h_all, h_dec, n_dec))
     finally:
         trainer.close()
     r = np.asarray(rows, dtype=np.float64).reshape(-1, 5)
-    mean = (lambda c: float(np.mean(r[:, c])) if len(r) else float("nan"))  # noqa: E731
-    share = (lambda c: float(np.mean(r[:, c] > 0)) if len(r) else float("nan"))  # noqa: E731
+    mean = lambda c: float(np.mean(r[:, c])) if len(r) else float("nan")  # noqa: E731
+    share = lambda c: float(np.mean(r[:, c] > 0)) if len(r) else float("nan")  # noqa: E731
     print(
         json.dumps(
             {

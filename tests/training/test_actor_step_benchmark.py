@@ -25,7 +25,9 @@ def test_the_surrogate_counts_only_tokens_with_an_advantage_and_splits_off_the_d
     before = [np.array([-1.0, -0.5, -1.0])]  # per prediction: of 7, of 3, of 9
     after = [np.array([-3.0, -0.25, -1.5])]
     total, decision, n = bench.surrogate([d], before, after, after_token=7)
-    assert total == pytest.approx(2.0 * 0.25 + (-1.0) * (-0.5))  # the context token's change counts for nothing
+    assert total == pytest.approx(
+        2.0 * 0.25 + (-1.0) * (-0.5)
+    )  # the context token's change counts for nothing
     assert (decision, n) == (pytest.approx(0.5), 1)
 
 
@@ -34,5 +36,7 @@ def test_actor_step_benchmark_quick() -> None:
     pytest.importorskip("torch")
     figures = run_benchmark("actor_step.py", "--quick")
     assert figures["benchmark"] == "actor_step" and figures["steps"] == 2
-    assert figures["decision_tokens_per_update"] > 0  # the warm-started actor takes keys, the oracle splits them
+    assert (
+        figures["decision_tokens_per_update"] > 0
+    )  # the warm-started actor takes keys, the oracle splits them
     assert all(math.isfinite(figures[k]) for k in ("train_surrogate_mean", "heldout_surrogate_mean"))
