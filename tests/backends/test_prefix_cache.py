@@ -179,6 +179,122 @@ def test_llama_with_grouped_query_attention(tokenizer: Any) -> None:
     )  # 2 (K, V) x layers x kv_heads x head_dim x fp32
 
 
+def _decode_shapes(client: Any) -> list[tuple[int, ...]]:
+    """Record the ``input_ids`` shape of every forward of ``client``'s model (a wrapper on its forward)."""
+    shapes: list[tuple[int, ...]] = []
+    model = client.model
+    inner = model.forward
+
+    def forward(*args: Any, **kw: Any) -> Any:
+        shapes.append(tuple(kw["input_ids"].shape))
+        return inner(*args, **kw)
+
+    model.forward = forward
+    return shapes
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_samples_of_one_prompt_share_one_cache_row(tokenizer: Any, attn: str) -> None:
+    """With the cache, the K samples of one prompt decode as K query columns of ONE cache row (the prompt's KV
+    is read once per step, never copied per sample), also when samples stop at different steps; tokens and
+    logprobs are the uncached ones, for the sdpa and eager attention of a Llama built from a config."""
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+        attn_implementation=attn,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(cfg)
+    assert model.config._attn_implementation == attn
+    on, off = _pair(model, tokenizer)
+    prompt = tokenizer.encode("take apple 1 from desk 1. Nothing happens. " * 3, add_special_tokens=False)
+    free = SamplingParams(max_tokens=6, seed=4, stop=())
+    first = off.sample(prompt, 4, free)
+    # sample 0 stops at its 2nd token (its other samples run on), unless they sampled that token earlier
+    stop_tok = first.sequences[0].tokens[1]
+    params = SamplingParams(max_tokens=6, seed=4, stop=(stop_tok,))
+    want = off.sample(prompt, 4, params)
+    lengths = sorted(len(s.tokens) for s in want.sequences)
+    assert lengths[0] < lengths[-1] == 6  # samples of one row finish at different steps
+    shapes = _decode_shapes(on)
+    _assert_same(on.sample(prompt, 4, params), want)  # cold: prompt prefilled, nothing cached
+    _assert_same(on.sample(prompt, 4, params), want)  # warm: prompt read from the cache
+    decode = [s for s in shapes if s[1] <= 4]
+    assert decode and all(s[0] == 1 for s in decode)  # one cache row for the 4 samples
+    assert max(s[1] for s in decode) == 4 and min(s[1] for s in decode) < 4  # live samples only
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    picks=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(1, 5), st.booleans()),
+        min_size=1,
+        max_size=4,
+    ),
+    seed=st.integers(0, 10_000),
+)
+def test_shared_decode_matches_uncached_on_random_batches(
+    tokenizer: Any, picks: list[tuple[int, int, int, bool]], seed: int
+) -> None:
+    """Any coalesced batch (prompts sharing prefixes or not, repeated prompts, 1-3 samples each, different
+    lengths, greedy or sampled, stop tokens): the cached sampler returns the uncached tokens and logprobs."""
+    from tempo_rl.backends.local import build_tiny_model
+
+    global _RANDOM_PAIR
+    if _RANDOM_PAIR is None:
+        model = build_tiny_model(len(tokenizer), hidden_size=32, num_layers=2, num_heads=2, seed=5)
+        _RANDOM_PAIR = _pair(model, tokenizer)
+    on, off = _RANDOM_PAIR
+    base = tokenizer.encode(
+        "You are in the middle of a room. Looking quickly around you,", add_special_tokens=False
+    )
+    prompts = [base * 2, base * 2 + base[:5], base[3:] * 2, base[:20]]
+    stop_ids = tuple(tokenizer.encode(" a", add_special_tokens=False))
+    reqs = [
+        (
+            prompts[k],
+            n,
+            SamplingParams(
+                max_tokens=m, seed=seed + i, temperature=1.0 if hot else 0.0, stop=stop_ids if i % 2 else ()
+            ),
+        )
+        for i, (k, n, m, hot) in enumerate(picks)
+    ]
+
+    async def batch(client: Any) -> list[Any]:
+        return await asyncio.gather(*(client.sample_async(p, n, q) for p, n, q in reqs))
+
+    for a, b in zip(asyncio.run(batch(on)), asyncio.run(batch(off))):
+        _assert_same(a, b)
+
+
+_RANDOM_PAIR: Any = None
+
+
+def test_shared_decode_needs_an_attention_that_takes_4d_masks() -> None:
+    """sdpa and eager take the custom 4D mask; flash-attention kernels do not (the per-sample loop runs)."""
+    from types import SimpleNamespace
+
+    from tempo_rl.backends.local.sampling import shared_decode_supported
+
+    def model(impl: str | None) -> Any:
+        return SimpleNamespace(config=SimpleNamespace(_attn_implementation=impl))
+
+    assert shared_decode_supported(model("sdpa")) and shared_decode_supported(model("eager"))
+    assert not shared_decode_supported(model("flash_attention_2"))
+    assert not shared_decode_supported(model("flex_attention"))
+    assert not shared_decode_supported(model(None))
+
+
 # ---------------------------------------------------------------------------------------------- policy versions
 
 
