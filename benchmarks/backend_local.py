@@ -205,24 +205,28 @@ def _copy_cache(cache: Any) -> Any:
     return new
 
 
-def _snapshot(sampler: Any) -> tuple[Any, Any] | None:
-    """A copy of ``sampler``'s prefix cache and of its counters' values (None without a cache)."""
+def _snapshot(sampler: Any) -> tuple[Any, Any, Any] | None:
+    """A copy of ``sampler``'s prefix cache, of its counters' values and of the tokens its resident buffer
+    holds (None without a cache)."""
     import dataclasses
 
     cache = sampler.prefix_cache
     if cache is None:
         return None
-    return _copy_cache(cache), [dataclasses.replace(c) for c in cache._counters]
+    resident = getattr(cache.scratch, "_resident_tokens", ())  # what its one-prompt buffer holds
+    return _copy_cache(cache), [dataclasses.replace(c) for c in cache._counters], resident
 
 
-def _restore(sampler: Any, saved: tuple[Any, Any] | None) -> None:
+def _restore(sampler: Any, saved: tuple[Any, Any, Any] | None) -> None:
     """Put back the state of :func:`_snapshot` (a fresh copy of it, so that it can be restored again)."""
     import dataclasses
 
     if saved is None:
         return
-    cache, values = saved
+    cache, values, resident = saved
     sampler.prefix_cache = _copy_cache(cache)
+    if hasattr(cache.scratch, "_resident_tokens"):  # the buffer's columns of those tokens are unchanged
+        cache.scratch._resident_tokens = resident
     for target, value in zip(cache._counters, values):
         for f in dataclasses.fields(target):
             setattr(target, f.name, getattr(value, f.name))

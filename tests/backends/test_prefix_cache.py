@@ -252,8 +252,10 @@ def test_shared_decode_matches_uncached_on_random_batches(
     global _RANDOM_PAIR
     if _RANDOM_PAIR is None:
         model = build_tiny_model(len(tokenizer), hidden_size=32, num_layers=2, num_heads=2, seed=5)
-        _RANDOM_PAIR = _pair(model, tokenizer)
-    on, off = _RANDOM_PAIR
+        on, off = _pair(model, tokenizer)
+        _RANDOM_PAIR = (on, off, _decode_shapes(on))
+    on, off, shapes = _RANDOM_PAIR
+    shapes.clear()
     base = tokenizer.encode(
         "You are in the middle of a room. Looking quickly around you,", add_special_tokens=False
     )
@@ -275,6 +277,9 @@ def test_shared_decode_matches_uncached_on_random_batches(
 
     for a, b in zip(asyncio.run(batch(on)), asyncio.run(batch(off))):
         _assert_same(a, b)
+    # every forward (prefill and decode) has one batch row per distinct prompt, however many samples
+    assert shapes and max(shape[0] for shape in shapes) <= len({k for k, *_ in picks})
+    assert len(shapes) <= 1 + max(m for *_, m, _ in picks)
 
 
 _RANDOM_PAIR: Any = None
@@ -293,6 +298,74 @@ def test_shared_decode_needs_an_attention_that_takes_4d_masks() -> None:
     assert not shared_decode_supported(model("flash_attention_2"))
     assert not shared_decode_supported(model("flex_attention"))
     assert not shared_decode_supported(model(None))
+
+
+def test_next_turn_reuses_the_resident_prompt_in_place(tokenizer: Any) -> None:
+    """A one-prompt call whose prompt extends the previous one's reads the previous prompt's KV where it
+    already lies (the resident buffer): all its tokens count as hits, not only whole cached blocks, and the
+    results are the uncached ones; a prompt that diverges early falls back to the stored blocks."""
+    from tempo_rl.backends.local import build_tiny_model
+    from tempo_rl.backends.local.prefix_cache import DEFAULT_BLOCK_TOKENS as B
+
+    model = build_tiny_model(len(tokenizer), hidden_size=32, num_layers=2, num_heads=2, seed=7)
+    on, off = _pair(model, tokenizer)
+    prompt = tokenizer.encode("take apple 1 from desk 1. Nothing happens. " * 3, add_special_tokens=False)
+    prompt = prompt[: (len(prompt) // B) * B + 5]  # not a whole number of blocks
+    p = SamplingParams(max_tokens=4, seed=2, stop=())
+    first = on.sample(prompt, 2, p)
+    _assert_same(first, off.sample(prompt, 2, p))
+    follow = (
+        prompt + list(first.sequences[1].tokens) + tokenizer.encode(" go to desk 1", add_special_tokens=False)
+    )
+    before = on.prefix_cache_stats()["sampling/prefix_hit_tokens"]
+    _assert_same(on.sample(follow, 2, p), off.sample(follow, 2, p))
+    assert on.prefix_cache_stats()["sampling/prefix_hit_tokens"] - before == len(prompt)  # 5 more than blocks
+    other = prompt[:B] + tokenizer.encode(" open the fridge", add_special_tokens=False) + prompt[B:]
+    before = on.prefix_cache_stats()["sampling/prefix_hit_tokens"]
+    _assert_same(on.sample(other, 1, p), off.sample(other, 1, p))
+    assert on.prefix_cache_stats()["sampling/prefix_hit_tokens"] - before == B  # the one shared stored block
+
+
+def test_resident_buffer_bookkeeping() -> None:
+    """Hand-computed: the held tokens' longest common prefix with the prompt (never its last token), reset
+    while a call writes, on growth and on clear; a buffer over the budget is not kept."""
+    import torch
+
+    from tempo_rl.backends.local.prefix_cache import ScratchBuffers
+
+    like = torch.zeros(1)
+    s = ScratchBuffers(max_bytes=4 * 1 * 2 * 1 * 1 * 512 * 2)  # one float32 buffer of 512 columns fits
+    layout = (1, 2, 1, 1, 2)
+    buf, n = s.resident((1, 2, 3), layout, 10, like)
+    assert n == 0 and tuple(buf.shape) == (1, 2, 1, 1, 256, 2)  # capacity rounded up to 256 columns
+    s.set_resident((1, 2, 3, 4), buf)
+    again, n = s.resident((1, 2, 3, 9, 9), layout, 10, like)
+    assert again is buf and n == 3
+    assert s.resident((1, 2, 3, 4), layout, 10, like)[1] == 0  # forgotten until set_resident
+    s.set_resident((1, 2, 3, 4), buf)
+    assert s.resident((1, 2, 3, 4), layout, 10, like)[1] == 3  # never the prompt's last token
+    s.set_resident((1, 2, 3, 4), buf)
+    grown, n = s.resident((1, 2, 3, 4, 5), layout, 300, like)
+    assert n == 0 and grown.shape[4] == 512  # a larger buffer starts empty
+    s.set_resident((1, 2, 3, 4), buf)  # a stale buffer is not recorded
+    assert s.resident((1, 2, 3, 4, 5), layout, 300, like)[1] == 0
+    s.set_resident((7, 8), grown)
+    s.clear()
+    assert s.resident((7, 8, 9), layout, 10, like)[1] == 0
+    big, n = s.resident((1, 2), layout, 600, like)  # 768 columns > budget: used once, not kept
+    s.set_resident((1,), big)
+    assert s.resident((1, 2), layout, 600, like)[0] is not big
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.lists(st.integers(0, 2), max_size=12), b=st.lists(st.integers(0, 2), max_size=12))
+def test_common_prefix(a: list[int], b: list[int]) -> None:
+    from tempo_rl.backends.local.prefix_cache import _common_prefix
+
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    assert _common_prefix(tuple(a), tuple(b)) == n
 
 
 # ---------------------------------------------------------------------------------------------- policy versions

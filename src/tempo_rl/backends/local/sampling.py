@@ -12,9 +12,15 @@ in one batched computation:
 
 With a :class:`~tempo_rl.backends.local.prefix_cache.PrefixCache` (the sampling client's default), step 1
 prefills only the tokens past each prompt's longest cached prefix (cached KV and fresh tokens share the batch:
-masked columns between them, ``position_ids`` counting real tokens only), the decode cache grows in place, and
-every finished row's KV is stored for later calls. Without one (``prefix_cache_bytes = 0``) the computation is
-exactly the uncached one.
+masked columns between them, ``position_ids`` counting real tokens only), and every finished row's KV is
+stored for later calls. Steps 2-3 then keep ONE cache row per distinct prompt (*shared decode*, for models
+whose attention takes a custom 4D mask: ``transformers``' ``sdpa`` and ``eager``): a decode step feeds the
+``Q`` live samples of a prompt as ``Q`` query columns of its row, and a 4D additive mask lets each sample
+attend to its prompt and its own earlier tokens only. The ``R`` samples of a prompt of ``L`` tokens thus read
+its ``L`` cached keys once per step instead of ``R`` times, and the prompt's KV is never copied per sample
+(the idea of shared-prefix / cascade attention). Other attention implementations (flash kernels) keep the
+one-row-per-sample loop over a cache that grows in place. Without a cache (``prefix_cache_bytes = 0``) the
+computation is exactly the uncached one.
 
 Sampling distribution of a row with temperature ``T > 0``: ``softmax(z / T)`` restricted to the ``top_k``
 largest logits and to the smallest set whose probability reaches ``top_p`` (nucleus), renormalised; ``T == 0``
@@ -183,6 +189,11 @@ def sample_batch(
             logits, cache = forward_logits(
                 model, ids.to(device), mask.to(device), pos.to(device), use_cache=True, logits_to_keep=1
             )
+        elif len(prompts) == 1:  # one prompt: prefill in place after what the resident buffer holds
+            assert prefix_cache is not None
+            ids, mask, pos, logits, cache = _prefill_resident(
+                model, prompts[0], hits[0], prefix_cache, device, counters, extra
+            )
         else:
             assert prefix_cache is not None
             ids, mask, pos, logits, cache = _prefill_with_hits(
@@ -201,13 +212,16 @@ def sample_batch(
         last = logits[sel, -1, :]
         if layers is not None and shared:
             assert prefix_cache is not None
-            copied = growing_cache(
-                layers,
-                filled=mask.shape[1],
-                rows=range(len(prompts)),
-                extra=extra,
-                scratch=prefix_cache.scratch,
-            )
+            if len(prompts) == 1 and not any(hits):  # a fresh prompt becomes the resident one
+                copied = _to_resident(layers, prompts[0], prefix_cache, extra)
+            else:
+                copied = growing_cache(
+                    layers,
+                    filled=mask.shape[1],
+                    rows=range(len(prompts)),
+                    extra=extra,
+                    scratch=prefix_cache.scratch,
+                )
             _decode_shared(
                 model,
                 tokenizer,
@@ -299,6 +313,75 @@ def _left_padded(
         mask[i, width - len(pr) :] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids, mask, pos
+
+
+def _to_resident(
+    layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    prompt: tuple[int, ...],
+    prefix_cache: PrefixCache,
+    extra: int,
+) -> Any:
+    """Copy one freshly prefilled prompt's KV (``layers``: ``[1, kv_heads, len(prompt), head_dim]`` per layer)
+    into the resident buffer, with ``extra`` spare columns; returns a growing cache over it."""
+    k0 = layers[0][0]
+    n = len(prompt)
+    buf, _ = prefix_cache.scratch.resident(
+        prompt, (len(layers), 2, 1, k0.shape[1], k0.shape[3]), n + max(extra, 1), k0
+    )
+    for layer, (k, v) in enumerate(layers):
+        buf[layer, 0, :, :, :n].copy_(k[:, :, :n])
+        buf[layer, 1, :, :, :n].copy_(v[:, :, :n])
+    prefix_cache.scratch.set_resident(prompt, buf)
+    return growing_cache([(buf[layer, 0], buf[layer, 1]) for layer in range(len(layers))], filled=n)
+
+
+def _prefill_resident(
+    model: Any,
+    prompt: tuple[int, ...],
+    hit: Sequence[torch.Tensor],
+    prefix_cache: PrefixCache,
+    device: str,
+    counters: Sequence[PrefixCacheCounters],
+    extra: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+    """Prefill one prompt whose first ``len(hit) * block_tokens`` tokens have cached KV blocks ``hit``, in the
+    cache's resident buffer (:meth:`~tempo_rl.backends.local.prefix_cache.ScratchBuffers.resident`).
+
+    The buffer's first ``n`` columns already hold the KV of ``prompt[:n]`` (typically the previous turn's
+    prompt); only the blocks of ``hit`` past them are copied in, so the cached part is ``c = max(n, hit
+    tokens)`` tokens, and the ``len(prompt) - c`` fresh tokens are computed into the next columns, attending
+    to columns ``[0, c)`` at positions ``c, c + 1, ...`` (no padding: one row). The same values as
+    :func:`_prefill_with_hits`; the buffer has ``extra`` spare columns for the decode steps.
+    Returns ``(ids [1, S], mask [1, len(prompt)], pos [1, len(prompt)], logits of the last column, cache)``.
+    """
+    torch = require("torch", "local")
+    b = prefix_cache.block_tokens
+    n_layers, _, heads, _, head_dim = hit[0].shape
+    buf, have = prefix_cache.scratch.resident(
+        prompt, (n_layers, 2, 1, heads, head_dim), len(prompt) + max(extra, 1), hit[0]
+    )
+    first = have // b  # blocks of hit not already in place (the block holding column `have` is rewritten)
+    if first < len(hit):
+        start = first * b
+        stop = len(hit) * b
+        buf[:, :, 0, :, start:stop, :] = torch.cat(list(hit[first:]), dim=3)
+    cached = max(have, len(hit) * b)
+    bump(counters, prefix_hit_tokens=cached, prefill_tokens=len(prompt) - cached)
+    ids = torch.tensor([prompt[cached:]], dtype=torch.long)
+    mask = torch.ones((1, len(prompt)), dtype=torch.long)
+    pos = torch.arange(len(prompt), dtype=torch.long)[None]
+    cache = growing_cache([(buf[layer, 0], buf[layer, 1]) for layer in range(n_layers)], filled=cached)
+    logits, cache = forward_logits(
+        model,
+        ids.to(device),
+        mask.to(device),
+        pos[:, cached:].to(device),
+        cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    prefix_cache.scratch.set_resident(prompt, buf)
+    return ids, mask, pos, logits, cache
 
 
 def _prefill_with_hits(
