@@ -19,7 +19,9 @@ architecture, width 64, 2 layers, offline byte-level BPE tokenizer trained on AL
   ``critic_k4_*``: one critic request of K = 4 samples on the turn-50 prompt plus a question (mean of 4
   queries); ``branches_n4_*``: N = 4 branches restored at the turn-50 prompt, each with its own observation,
   sampled concurrently; in wall ms and in process CPU ms (``_cpu_ms_``: unaffected by other processes on a
-  shared machine), minimum over repeats; ``prefix_cache_bytes_per_token`` and ``prefix_hit_rate``. With
+  shared machine; it still varies with the machine's load), minimum over repeats (the turn-5 and turn-50
+  calls are each timed 5 times, 3 with ``--large``, from the same cache state: trie, resident-buffer tokens
+  and counters restored before each); ``prefix_cache_bytes_per_token`` and ``prefix_hit_rate``. With
   ``--large`` the same for a width-256, 4-layer model (``w256_*``).
 * ``main_job_*``: the README main job shortened by ``main_job_overrides`` (``--quick``: shorter still), cache
   on and off: summed ``time/sampling_s``, wall and CPU seconds of the run, prefix hit and prefill tokens.
