@@ -179,6 +179,195 @@ def test_llama_with_grouped_query_attention(tokenizer: Any) -> None:
     )  # 2 (K, V) x layers x kv_heads x head_dim x fp32
 
 
+def _decode_shapes(client: Any) -> list[tuple[int, ...]]:
+    """Record the ``input_ids`` shape of every forward of ``client``'s model (a wrapper on its forward)."""
+    shapes: list[tuple[int, ...]] = []
+    model = client.model
+    inner = model.forward
+
+    def forward(*args: Any, **kw: Any) -> Any:
+        shapes.append(tuple(kw["input_ids"].shape))
+        return inner(*args, **kw)
+
+    model.forward = forward
+    return shapes
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_samples_of_one_prompt_share_one_cache_row(tokenizer: Any, attn: str) -> None:
+    """With the cache, the K samples of one prompt decode as K query columns of ONE cache row (the prompt's KV
+    is read once per step, never copied per sample), also when samples stop at different steps; tokens and
+    logprobs are the uncached ones, for the sdpa and eager attention of a Llama built from a config."""
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+        attn_implementation=attn,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(cfg)
+    assert model.config._attn_implementation == attn
+    on, off = _pair(model, tokenizer)
+    prompt = tokenizer.encode("take apple 1 from desk 1. Nothing happens. " * 3, add_special_tokens=False)
+    free = SamplingParams(max_tokens=6, seed=4, stop=())
+    first = off.sample(prompt, 4, free)
+    # sample 0 stops at its 2nd token (its other samples run on), unless they sampled that token earlier
+    stop_tok = first.sequences[0].tokens[1]
+    params = SamplingParams(max_tokens=6, seed=4, stop=(stop_tok,))
+    want = off.sample(prompt, 4, params)
+    lengths = sorted(len(s.tokens) for s in want.sequences)
+    assert lengths[0] < lengths[-1] == 6  # samples of one row finish at different steps
+    shapes = _decode_shapes(on)
+    _assert_same(on.sample(prompt, 4, params), want)  # cold: prompt prefilled, nothing cached
+    _assert_same(on.sample(prompt, 4, params), want)  # warm: prompt read from the cache
+    decode = [s for s in shapes if s[1] <= 4]
+    assert decode and all(s[0] == 1 for s in decode)  # one cache row for the 4 samples
+    assert max(s[1] for s in decode) == 4 and min(s[1] for s in decode) < 4  # live samples only
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    picks=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(1, 5), st.booleans()),
+        min_size=1,
+        max_size=4,
+    ),
+    seed=st.integers(0, 10_000),
+)
+def test_shared_decode_matches_uncached_on_random_batches(
+    tokenizer: Any, picks: list[tuple[int, int, int, bool]], seed: int
+) -> None:
+    """Any coalesced batch (prompts sharing prefixes or not, repeated prompts, 1-3 samples each, different
+    lengths, greedy or sampled, stop tokens): the cached sampler returns the uncached tokens and logprobs."""
+    from tempo_rl.backends.local import build_tiny_model
+
+    global _RANDOM_PAIR
+    if _RANDOM_PAIR is None:
+        model = build_tiny_model(len(tokenizer), hidden_size=32, num_layers=2, num_heads=2, seed=5)
+        on, off = _pair(model, tokenizer)
+        _RANDOM_PAIR = (on, off, _decode_shapes(on))
+    on, off, shapes = _RANDOM_PAIR
+    shapes.clear()
+    base = tokenizer.encode(
+        "You are in the middle of a room. Looking quickly around you,", add_special_tokens=False
+    )
+    prompts = [base * 2, base * 2 + base[:5], base[3:] * 2, base[:20]]
+    stop_ids = tuple(tokenizer.encode(" a", add_special_tokens=False))
+    reqs = [
+        (
+            prompts[k],
+            n,
+            SamplingParams(
+                max_tokens=m, seed=seed + i, temperature=1.0 if hot else 0.0, stop=stop_ids if i % 2 else ()
+            ),
+        )
+        for i, (k, n, m, hot) in enumerate(picks)
+    ]
+
+    async def batch(client: Any) -> list[Any]:
+        return await asyncio.gather(*(client.sample_async(p, n, q) for p, n, q in reqs))
+
+    for a, b in zip(asyncio.run(batch(on)), asyncio.run(batch(off))):
+        _assert_same(a, b)
+    # every forward (prefill and decode) has one batch row per distinct prompt, however many samples
+    assert shapes and max(shape[0] for shape in shapes) <= len({k for k, *_ in picks})
+    assert len(shapes) <= 1 + max(m for *_, m, _ in picks)
+
+
+_RANDOM_PAIR: Any = None
+
+
+def test_shared_decode_needs_an_attention_that_takes_4d_masks() -> None:
+    """sdpa and eager take the custom 4D mask; flash-attention kernels do not (the per-sample loop runs)."""
+    from types import SimpleNamespace
+
+    from tempo_rl.backends.local.sampling import shared_decode_supported
+
+    def model(impl: str | None) -> Any:
+        return SimpleNamespace(config=SimpleNamespace(_attn_implementation=impl))
+
+    assert shared_decode_supported(model("sdpa")) and shared_decode_supported(model("eager"))
+    assert not shared_decode_supported(model("flash_attention_2"))
+    assert not shared_decode_supported(model("flex_attention"))
+    assert not shared_decode_supported(model(None))
+
+
+def test_next_turn_reuses_the_resident_prompt_in_place(tokenizer: Any) -> None:
+    """A one-prompt call whose prompt extends the previous one's reads the previous prompt's KV where it
+    already lies (the resident buffer): all its tokens count as hits, not only whole cached blocks, and the
+    results are the uncached ones; a prompt that diverges early falls back to the stored blocks."""
+    from tempo_rl.backends.local import build_tiny_model
+    from tempo_rl.backends.local.prefix_cache import DEFAULT_BLOCK_TOKENS as B
+
+    model = build_tiny_model(len(tokenizer), hidden_size=32, num_layers=2, num_heads=2, seed=7)
+    on, off = _pair(model, tokenizer)
+    prompt = tokenizer.encode("take apple 1 from desk 1. Nothing happens. " * 3, add_special_tokens=False)
+    prompt = prompt[: (len(prompt) // B) * B + 5]  # not a whole number of blocks
+    p = SamplingParams(max_tokens=4, seed=2, stop=())
+    first = on.sample(prompt, 2, p)
+    _assert_same(first, off.sample(prompt, 2, p))
+    follow = (
+        prompt + list(first.sequences[1].tokens) + tokenizer.encode(" go to desk 1", add_special_tokens=False)
+    )
+    before = on.prefix_cache_stats()["sampling/prefix_hit_tokens"]
+    _assert_same(on.sample(follow, 2, p), off.sample(follow, 2, p))
+    assert on.prefix_cache_stats()["sampling/prefix_hit_tokens"] - before == len(prompt)  # 5 more than blocks
+    other = prompt[:B] + tokenizer.encode(" open the fridge", add_special_tokens=False) + prompt[B:]
+    before = on.prefix_cache_stats()["sampling/prefix_hit_tokens"]
+    _assert_same(on.sample(other, 1, p), off.sample(other, 1, p))
+    assert on.prefix_cache_stats()["sampling/prefix_hit_tokens"] - before == B  # the one shared stored block
+
+
+def test_resident_buffer_bookkeeping() -> None:
+    """Hand-computed: the held tokens' longest common prefix with the prompt (never its last token), reset
+    while a call writes, on growth and on clear; a buffer over the budget is not kept."""
+    import torch
+
+    from tempo_rl.backends.local.prefix_cache import ScratchBuffers
+
+    like = torch.zeros(1)
+    s = ScratchBuffers(max_bytes=4 * 1 * 2 * 1 * 1 * 512 * 2)  # one float32 buffer of 512 columns fits
+    layout = (1, 2, 1, 1, 2)
+    buf, n = s.resident((1, 2, 3), layout, 10, like)
+    assert n == 0 and tuple(buf.shape) == (1, 2, 1, 1, 256, 2)  # capacity rounded up to 256 columns
+    s.set_resident((1, 2, 3, 4), buf)
+    again, n = s.resident((1, 2, 3, 9, 9), layout, 10, like)
+    assert again is buf and n == 3
+    assert s.resident((1, 2, 3, 4), layout, 10, like)[1] == 0  # forgotten until set_resident
+    s.set_resident((1, 2, 3, 4), buf)
+    assert s.resident((1, 2, 3, 4), layout, 10, like)[1] == 3  # never the prompt's last token
+    s.set_resident((1, 2, 3, 4), buf)
+    grown, n = s.resident((1, 2, 3, 4, 5), layout, 300, like)
+    assert n == 0 and grown.shape[4] == 512  # a larger buffer starts empty
+    s.set_resident((1, 2, 3, 4), buf)  # a stale buffer is not recorded
+    assert s.resident((1, 2, 3, 4, 5), layout, 300, like)[1] == 0
+    s.set_resident((7, 8), grown)
+    s.clear()
+    assert s.resident((7, 8, 9), layout, 10, like)[1] == 0
+    big, n = s.resident((1, 2), layout, 600, like)  # 768 columns > budget: used once, not kept
+    s.set_resident((1,), big)
+    assert s.resident((1, 2), layout, 600, like)[0] is not big
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.lists(st.integers(0, 2), max_size=12), b=st.lists(st.integers(0, 2), max_size=12))
+def test_common_prefix(a: list[int], b: list[int]) -> None:
+    from tempo_rl.backends.local.prefix_cache import _common_prefix
+
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    assert _common_prefix(tuple(a), tuple(b)) == n
+
+
 # ---------------------------------------------------------------------------------------------- policy versions
 
 

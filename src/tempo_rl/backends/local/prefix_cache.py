@@ -308,6 +308,8 @@ class ScratchBuffers:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = int(max_bytes)
         self._flat: dict[str, Any] = {}
+        self._resident: Any = None  # [layers, 2, 1, kv_heads, capacity, head_dim]
+        self._resident_tokens: tuple[int, ...] = ()  # the tokens whose KV its first columns hold
 
     @property
     def nbytes(self) -> int:
@@ -330,9 +332,70 @@ class ScratchBuffers:
             self._flat[name] = buf
         return buf[:numel].view(tuple(shape))
 
+    def resident(
+        self, prompt: tuple[int, ...], layout: Sequence[int], capacity: int, like: torch.Tensor
+    ) -> tuple[torch.Tensor, int]:
+        """The one-sequence KV buffer of single-prompt calls, and how much of ``prompt`` it already holds.
+
+        A call with one distinct prompt prefills into this buffer, whose columns ``[0, len(prompt))`` then hold
+        the prompt's KV (:meth:`set_resident`); the next such call finds the longest common prefix of its
+        prompt with those tokens already in place (turn ``t + 1`` extends turn ``t``'s prompt) and copies none
+        of it. Returns ``(buffer [layers, 2, 1, kv_heads, >= capacity, head_dim], n)``: its first ``n <
+        len(prompt)`` columns are the KV of ``prompt[:n]``. The held tokens are forgotten until
+        :meth:`set_resident` (the caller overwrites the columns past ``n``). A buffer larger than ``max_bytes``
+        is not kept.
+
+        Args:
+            prompt: the call's prompt.
+            layout: ``(layers, 2, 1, kv_heads, head_dim)``.
+            capacity: columns needed (prompt and decode steps).
+            like: a tensor of the KV dtype and device.
+        """
+        layers, two, one, heads, head_dim = (int(d) for d in layout)
+        buf = self._resident
+        fits = (
+            buf is not None
+            and tuple(buf.shape[:4]) == (layers, two, one, heads)
+            and buf.shape[5] == head_dim
+            and buf.shape[4] >= capacity
+            and buf.dtype == like.dtype
+            and buf.device == like.device
+        )
+        held = self._resident_tokens if fits else ()
+        self._resident_tokens = ()
+        if not fits:
+            cap = max(int(capacity), 0 if buf is None else buf.shape[4] * 3 // 2)
+            cap = -(-cap // 256) * 256  # room to grow for a few turns
+            buf = like.new_empty((layers, two, one, heads, cap, head_dim))
+            keep = buf.numel() * buf.element_size() <= self.max_bytes
+            self._resident = buf if keep else None
+        return buf, min(_common_prefix(held, prompt), len(prompt) - 1)
+
+    def set_resident(self, tokens: tuple[int, ...], buf: torch.Tensor) -> None:
+        """Record that the first ``len(tokens)`` columns of ``buf`` (from :meth:`resident`) hold their KV."""
+        if buf is self._resident:
+            self._resident_tokens = tokens
+
     def clear(self) -> None:
         """Free the buffers."""
         self._flat.clear()
+        self._resident = None
+        self._resident_tokens = ()
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """Length of the longest common prefix of ``a`` and ``b`` (tuple comparisons run at C speed)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class _Node:
