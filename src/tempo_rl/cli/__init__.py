@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "plot": "plot",
     "check-replay": "check_replay",
     "data": "data",
+    "model": "model",
 }
 
 
