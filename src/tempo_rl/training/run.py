@@ -176,6 +176,24 @@ def env_workers(
     return pool, make_env_at_reset, restore_local, cache
 
 
+def _warn_token_budgets(config: TrainConfig, tokenizer: Any) -> None:
+    """Warn when a turn budget cannot hold the shortest valid answer in this tokenizer (a real tokenizer
+    splits the tags into several tokens); see :mod:`tempo_rl.rollout.budgets`."""
+    import warnings
+
+    from tempo_rl.rollout.budgets import TokenBudgetWarning, token_budget_problems
+
+    s = config.sampling
+    for problem in token_budget_problems(
+        tokenizer,
+        max_tokens=s.max_tokens,
+        critic_max_tokens=s.critic_max_tokens,
+        critic_answer_prefix=s.critic_answer_prefix,
+        generative_critic=config.algorithm == "tempo" and config.tempo.critic == "generative",
+    ):
+        warnings.warn(problem, TokenBudgetWarning, stacklevel=3)
+
+
 def build_trainer(
     config: TrainConfig,
     run_dir: Path,
@@ -198,6 +216,7 @@ def build_trainer(
     chat = ChatRenderer(tokenizer)
     eos = tokenizer.eos_token_id
     s = config.sampling
+    _warn_token_budgets(config, tokenizer)
     critic = GenerativeCritic(
         chat,
         SamplingParams(
