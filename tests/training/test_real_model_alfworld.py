@@ -14,6 +14,7 @@ importance-sampling step moves the model's own weights). Measured wall time of b
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import shutil
@@ -86,6 +87,7 @@ checkpoint_every = 1
 def _run(
     tmp_path: Path, model: Path, *, lora: int, td: int, T: int, warmstart: bool
 ) -> tuple[Path, list[dict[str, Any]]]:
+    gc.collect()  # the previous run's models (weights, Adam moments, sampler snapshots) go first
     games = tmp_path / "games"
     if not games.exists():  # one short real game (look_at_obj_in_light), copied: runs write nothing beside it
         src = sorted(p for p in GAMES.iterdir() if p.name.startswith("look_at_obj_in_light"))[0]
@@ -114,9 +116,10 @@ def _weights(run_dir: Path) -> dict[str, Any]:
 
 
 def _original(model: Path, name: str) -> Any:
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
-    return load_file(str(model / "model.safetensors"))[name]
+    with safe_open(str(model / "model.safetensors"), framework="pt") as f:
+        return f.get_tensor(name)
 
 
 def _check_warm_start(start: dict[str, Any]) -> None:
@@ -147,6 +150,7 @@ def _importance_sampling_step(run_dir: Path, model: Path, lora: int) -> Any:
     from tempo_rl.rollout.datums import completion_datum
     from tempo_rl.rollout.renderer import ChatRenderer
 
+    gc.collect()
     cfg = LocalBackendConfig(model_path=str(model), lora_rank=lora, state_dir=str(run_dir / "is"))
     training, sampler = create_local_clients(cfg)
     tok = training.get_tokenizer()
