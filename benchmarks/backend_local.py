@@ -351,10 +351,18 @@ def bench_real_model(quick: bool) -> dict[str, Any]:
     path = cached_model_path("smollm2")
     if path is None:
         return {"smollm2_skipped": f"not in the cache ({model_dir('smollm2')}): tempo-rl model fetch smollm2"}
-    out: dict[str, Any] = {"smollm2_path": str(path)}
+    import os
+
+    import torch
+
+    threads = os.cpu_count() or 1  # a 134.5M model uses every core (the small model's client set 1 thread)
+    out: dict[str, Any] = {"smollm2_path": str(path), "smollm2_torch_threads": threads}
     for lora in (0, 8):
         cfg = LocalBackendConfig(
-            model_path=str(path), lora_rank=lora, state_dir=tempfile.mkdtemp(prefix="tempo-bench-")
+            model_path=str(path),
+            lora_rank=lora,
+            num_threads=threads,
+            state_dir=tempfile.mkdtemp(prefix="tempo-bench-"),
         )
         training = create_clients(cfg)[0].inner
         tok = training.tokenizer
@@ -368,6 +376,8 @@ def bench_real_model(quick: bool) -> dict[str, Any]:
         out.update({f"{tag}{k}": v for k, v in fig.items()})
         out[f"{tag}trainable_params"] = sum(p.numel() for p in training.model.parameters() if p.requires_grad)
         del training
+    torch.set_num_threads(1)  # back to the small model's setting for the figures measured after these
+    out["smollm2_loadavg_1min"] = round(os.getloadavg()[0], 2)  # other processes on a shared machine
     return out
 
 
