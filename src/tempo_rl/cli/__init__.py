@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "report": "report",
     "check-replay": "check_replay",
     "data": "data",
+    "model": "model",
 }
 
 

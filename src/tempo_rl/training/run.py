@@ -98,6 +98,7 @@ def _create_clients(
     :func:`tempo_rl.backends.factory.create_clients` (the same retry layer for all); ``backend_state`` (a
     resume) makes the training client start from that saved state, weights and optimizer.
     """
+    from tempo_rl.backends.config import LocalBackendConfig
     from tempo_rl.backends.factory import create_clients
 
     cfg = config.backend
@@ -111,9 +112,11 @@ def _create_clients(
         else:
             tokenizer = build_tokenizer(env_corpus(config), vocab_size=cfg.vocab_size)
             tokenizer.save_pretrained(str(tok_dir))
-        # the default means "not chosen" (config.toml stores every default too)
-        if cfg.state_dir == type(cfg).model_fields["state_dir"].default:
-            cfg = cfg.model_copy(update={"state_dir": str(run_dir / "backend_states")})
+    # local backend, built-in or checkpoint model: the default means "not chosen" (config.toml stores every
+    # default too), and the states go into the run directory, never into the current directory
+    default_state_dir = LocalBackendConfig.model_fields["state_dir"].default
+    if isinstance(cfg, LocalBackendConfig) and cfg.state_dir == default_state_dir:
+        cfg = cfg.model_copy(update={"state_dir": str(run_dir / "backend_states")})
     s = config.sampling
     training, sampler = create_clients(
         cfg,
@@ -173,6 +176,24 @@ def env_workers(
     return pool, make_env_at_reset, restore_local, cache
 
 
+def _warn_token_budgets(config: TrainConfig, tokenizer: Any) -> None:
+    """Warn when a turn budget cannot hold the shortest valid answer in this tokenizer (a real tokenizer
+    splits the tags into several tokens); see :mod:`tempo_rl.rollout.budgets`."""
+    import warnings
+
+    from tempo_rl.rollout.budgets import TokenBudgetWarning, token_budget_problems
+
+    s = config.sampling
+    for problem in token_budget_problems(
+        tokenizer,
+        max_tokens=s.max_tokens,
+        critic_max_tokens=s.critic_max_tokens,
+        critic_answer_prefix=s.critic_answer_prefix,
+        generative_critic=config.algorithm == "tempo" and config.tempo.critic == "generative",
+    ):
+        warnings.warn(problem, TokenBudgetWarning, stacklevel=3)
+
+
 def build_trainer(
     config: TrainConfig,
     run_dir: Path,
@@ -195,6 +216,7 @@ def build_trainer(
     chat = ChatRenderer(tokenizer)
     eos = tokenizer.eos_token_id
     s = config.sampling
+    _warn_token_budgets(config, tokenizer)
     critic = GenerativeCritic(
         chat,
         SamplingParams(

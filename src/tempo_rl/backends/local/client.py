@@ -271,6 +271,18 @@ class LocalSamplingStats:
         return counters_metrics(self.counters, caches)
 
 
+def _first_active(loss_fn: str, mask: torch.Tensor, inputs: Mapping[str, torch.Tensor]) -> int:
+    """The first position (column) of a ``[B, T]`` chunk where any row's loss term can be non-zero: a target
+    with a non-zero advantage (importance sampling, PPO) or weight (cross-entropy). ``T - 1`` when none.
+
+    Every term before it is exactly zero (times a zero advantage or weight), so dropping those positions from
+    the logits leaves the loss and the gradient as they are."""
+    scale = inputs.get("weights") if loss_fn == "cross_entropy" else inputs.get("advantages")
+    active = mask if scale is None else mask * (scale != 0)
+    cols = active.sum(0).nonzero()
+    return int(cols[0].item()) if len(cols) else mask.shape[1] - 1
+
+
 class LocalTrainingClient:
     """Trains a local causal LM with PyTRIO's ``forward_backward`` / ``optim_step`` semantics.
 
@@ -416,15 +428,23 @@ class LocalTrainingClient:
         with self._lock:
             for chunk in self._chunks(datums):
                 ids, attn, (tgt, mask), inputs = self._tensors(chunk)
+                m = float(mask.sum().item())  # positions in the loss, before any are cut below
+                # logits only from the chunk's first position that can move the loss (a non-zero advantage
+                # or weight) on: an RL datum's prompt cannot, and [B, T, V] logits of a real vocabulary are
+                # most of the memory (1,000 prompt tokens x 49,152 x 4 bytes = 197 MB a row, held twice)
+                first = _first_active(loss_fn, mask, inputs)
+                width = ids.shape[1]
+                if first > 0:
+                    tgt, mask = tgt[:, first:], mask[:, first:]
+                    inputs = {k: v[:, first:] for k, v in inputs.items()}
                 # right padding + causal attention: real positions never see the padding, so no mask is
                 # needed (and the unmasked causal kernel is much faster, backward especially)
-                logits, _ = forward_logits(self.model, ids)
+                logits, _ = forward_logits(self.model, ids, logits_to_keep=width - first if first > 0 else 0)
                 lp = torch.log_softmax(logits, dim=-1).gather(-1, tgt[..., None]).squeeze(-1)
                 loss, metrics = compute_loss(loss_fn, lp, inputs, mask, cfg)
                 loss.backward()
                 total += float(loss.item())
                 n_tok += int(attn.sum().item())
-                m = float(mask.sum().item())
                 n_tgt += m
                 for k, v in metrics.items():
                     agg[k] = max(agg.get(k, v), v) if k.endswith("_max") else agg.get(k, 0.0) + v * m
