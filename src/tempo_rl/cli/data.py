@@ -176,10 +176,7 @@ def run_alfworld(args: argparse.Namespace) -> int:
             from tempo_rl.envs.alfworld.generator import generate_games
 
             games = generate_games(root, per_type=args.generate, seed=args.seed, split=args.split)
-        except ImportError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except ValueError as exc:
+        except (ImportError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(f"generated {len(games)} games ({sum(g.solvable for g in games)} solvable) in {root}")

@@ -35,6 +35,7 @@ import numpy as np
 from tempo_rl.envs.snapshot import EnvSpec
 from tempo_rl.rollout.tool_call import INVALID_ACTION
 from tempo_rl.training.checkpoint import atomic_write_text
+from tempo_rl.training.metrics import json_safe
 
 __all__ = [
     "EVAL_SUMMARY_FILE",
@@ -261,16 +262,6 @@ def summary_metrics(summary: Mapping[str, Any], prefix: str = "eval") -> dict[st
     return out
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def write_eval_outputs(
     out_dir: Path | str, records: Sequence[EpisodeRecord], summary: Mapping[str, Any], **meta: Any
 ) -> tuple[Path, Path]:
@@ -281,8 +272,8 @@ def write_eval_outputs(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary_record = _json_safe({"type": "summary", **meta, **summary})
-    lines = [json.dumps(_json_safe(r.to_json()), ensure_ascii=False) for r in records]
+    summary_record = json_safe({"type": "summary", **meta, **summary})
+    lines = [json.dumps(json_safe(r.to_json()), ensure_ascii=False) for r in records]
     lines.append(json.dumps(summary_record, ensure_ascii=False))
     traj = out / EVAL_TRAJECTORIES_FILE
     summ = out / EVAL_SUMMARY_FILE
@@ -451,4 +442,4 @@ def evaluate_run(
     summary = summarize_episodes(records)
     meta = {"run_dir": str(run_path), "update": update, "temperature": temp}
     write_eval_outputs(out, records, summary, **meta)
-    return _json_safe({"type": "summary", **meta, **summary, "out_dir": str(out)})
+    return json_safe({"type": "summary", **meta, **summary, "out_dir": str(out)})

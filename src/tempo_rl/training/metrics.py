@@ -40,6 +40,7 @@ __all__ = [
     "ProgressBar",
     "branch_metrics",
     "critic_metrics",
+    "json_safe",
     "read_metrics",
     "rollout_metrics",
     "td_metrics",
@@ -380,3 +381,19 @@ def td_metrics(
             endpoints.unparsed / len(endpoints.queried) if endpoints.queried else math.nan
         ),
     }
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` made strict-JSON-safe, recursively: every non-finite float (NaN, inf) becomes None (JSON has no
+    NaN), numpy scalars and arrays become Python numbers and lists, mapping keys become strings."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value

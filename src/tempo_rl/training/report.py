@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tempo_rl._optional import require
+from tempo_rl.training.metrics import json_safe
 from tempo_rl.training.plots import ACTOR_PANELS, CRITIC_PANELS, Panel, panel_series, time_panels
 from tempo_rl.training.rundir import (
     CONFIG_FILE,
@@ -230,17 +231,6 @@ def quarantined_states(run_dir: Path | str) -> tuple[list[dict[str, Any]], str |
     return [dict(zip(keys, row)) for row in rows], None
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None (JSON has no NaN), recursively."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 _START_KEYS = ("start_id", "game_id", "fresh", "start_round", "start_macro_index", "start_policy_version")
 _BRANCH_KEYS = (
     "branch",
@@ -368,7 +358,7 @@ def report_data(run_dir: Path | str) -> dict[str, Any]:
             }
         )
     games = sorted({str(r.get("game_id")) for r in traj_file.records if r.get("game_id") is not None})
-    return _finite(
+    return json_safe(
         {
             "run": {
                 "name": run_dir.resolve().name,

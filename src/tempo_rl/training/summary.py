@@ -15,10 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from tempo_rl.training.metrics import json_safe, read_metrics
 from tempo_rl.training.metrics import nanmean as _nanmean
-from tempo_rl.training.metrics import read_metrics
 
 __all__ = ["console_line", "format_summary", "summarize", "summary_json"]
 
@@ -137,21 +135,6 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _strict(value: Any) -> Any:
-    """``value`` with every non-finite float (and numpy scalar / array) made JSON-safe: NaN and inf -> None."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): _strict(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_strict(v) for v in value]
-    return value
-
-
 def summary_json(summary: Mapping[str, Any]) -> str:
     """``summary`` as strict JSON text (``null`` for an undefined figure, never ``NaN``)."""
-    return json.dumps(_strict(summary), indent=1, allow_nan=False) + "\n"
+    return json.dumps(json_safe(summary), indent=1, allow_nan=False) + "\n"

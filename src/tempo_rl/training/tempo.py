@@ -58,7 +58,12 @@ from tempo_rl.signals import (
 )
 from tempo_rl.training.config import TempoConfig
 from tempo_rl.training.metrics import critic_metrics, nanmean, rollout_metrics, td_metrics
-from tempo_rl.training.prefix_correction import PrefixCorrection, endpoint_spans, sampled_spans
+from tempo_rl.training.prefix_correction import (
+    PrefixCorrection,
+    PrefixWeights,
+    endpoint_spans,
+    sampled_spans,
+)
 from tempo_rl.training.trainer import MacroStepTrainer, UpdateTimer
 from tempo_rl.training.types import EndpointValues, StartState, StoredState
 
@@ -496,11 +501,7 @@ class TempoTrainer(MacroStepTrainer):
         results, rstats = await self.play(starts, segment_rounds=t.macro_rounds, timer=timer)
         endpoints = await self.value_endpoints(starts, results, timer)
         batch = td_batch(endpoints.segment_rewards, endpoints.values, endpoints.bootstrap, endpoints.mask)
-        correction = PrefixCorrection.from_config(t)
-        prefix = await correction.compute(
-            self.c.sampler, [s.state for s in starts], self.state.policy_version
-        )
-        timer.add("prefix", prefix.seconds)
+        correction, prefix = await self.td_prefix_weights(starts, timer)
         critic_idx = np.flatnonzero(batch.mask.any(axis=1)).tolist()
         with timer.part("sampling"):
             queries = [self.critic_query(starts[i].state) for i in critic_idx]
@@ -523,20 +524,31 @@ class TempoTrainer(MacroStepTrainer):
             **rollout_metrics(rstats),
             **timer.metrics(),
         )
-        centred, weight = self.critic_centring(td=True)
-        start_critic = critic_records(start_estimates, targets, t, centred=centred, weight=weight)
+        critic_by_start = dict(zip(critic_idx, self.start_critic_records(start_estimates, targets)))
         self.write_trajectories(
             td_records(
-                index,
-                starts,
-                results,
-                batch,
-                endpoints,
-                policy_version=version,
-                start_critic=dict(zip(critic_idx, start_critic)),
+                index, starts, results, batch, endpoints, policy_version=version, start_critic=critic_by_start
             )
         )
         return metrics
+
+    async def td_prefix_weights(
+        self, starts: Sequence[StartState], timer: UpdateTimer
+    ) -> tuple[PrefixCorrection, PrefixWeights]:
+        """The configured prefix correction and its weights for ``starts`` under the current policy."""
+        correction = PrefixCorrection.from_config(self.config.tempo)
+        prefix = await correction.compute(
+            self.c.sampler, [s.state for s in starts], self.state.policy_version
+        )
+        timer.add("prefix", prefix.seconds)
+        return correction, prefix
+
+    def start_critic_records(
+        self, estimates: Sequence[CriticEstimates], targets: Sequence[float]
+    ) -> list[dict[str, Any]]:
+        """The trajectory records of the critic's K samples on each TD start state (see :func:`critic_records`)."""
+        centred, weight = self.critic_centring(td=True)
+        return critic_records(estimates, targets, self.config.tempo, centred=centred, weight=weight)
 
     async def value_endpoints(
         self, starts: Sequence[StartState], results: Sequence[Sequence[BranchResult]], timer: UpdateTimer

@@ -371,15 +371,7 @@ def _prefill_resident(
     mask = torch.ones((1, len(prompt)), dtype=torch.long)
     pos = torch.arange(len(prompt), dtype=torch.long)[None]
     cache = growing_cache([(buf[layer, 0], buf[layer, 1]) for layer in range(n_layers)], filled=cached)
-    logits, cache = forward_logits(
-        model,
-        ids.to(device),
-        mask.to(device),
-        pos[:, cached:].to(device),
-        cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    logits, cache = _prefill_past(model, ids, mask, pos[:, cached:], cache, device)
     prefix_cache.scratch.set_resident(prompt, buf)
     return ids, mask, pos, logits, cache
 
@@ -429,15 +421,7 @@ def _prefill_with_hits(
             kv[:, :, i, :, p_width - m : p_width, :] = torch.cat(list(hits[i]), dim=3)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = growing_cache([(kv[layer, 0], kv[layer, 1]) for layer in range(n_layers)], filled=p_width)
-    logits, cache = forward_logits(
-        model,
-        ids.to(device),
-        mask.to(device),
-        pos[:, p_width:].to(device),
-        cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    logits, cache = _prefill_past(model, ids, mask, pos[:, p_width:], cache, device)
     return ids, mask, pos, logits, cache
 
 
@@ -641,3 +625,14 @@ def _row_kv(cache: Any, b: int, cols: torch.Tensor) -> Any:
         )
 
     return keys_values
+
+
+def _prefill_past(
+    model: Any, ids: Any, mask: Any, positions: Any, cache: Any, device: Any
+) -> tuple[Any, Any]:
+    """Forward the uncached prompt tokens ``ids`` over ``cache`` (the cached KV of the tokens before them), with
+    the full attention ``mask`` and the new tokens' ``positions``: the last position's logits and the grown
+    cache."""
+    return forward_logits(
+        model, ids.to(device), mask.to(device), positions.to(device), cache, use_cache=True, logits_to_keep=1
+    )
