@@ -165,7 +165,9 @@ def test_the_config_keeps_remote_backends_sampled() -> None:
 
     local = validate_config({"sampling": {"critic_answer": "expected"}})
     assert isinstance(local, TrainConfig) and local.sampling.critic_answer == "expected"
-    with pytest.raises(ConfigError, match="keeps the sampled answer: set sampling.critic_answer = 'sampled'"):
+    with pytest.raises(
+        ConfigError, match=r"keeps the sampled answer: set sampling\.critic_answer = .sampled."
+    ):
         validate_config(
             {"backend": {"kind": "pytrio", "base_model": "m"}, "sampling": {"critic_answer": "constrained"}}
         )

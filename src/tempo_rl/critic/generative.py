@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
