@@ -43,10 +43,10 @@ def level_values(levels: int, r_max: float = 1.0) -> tuple[float, ...]:
 def format_level(value: float, levels: int, r_max: float = 1.0) -> str:
     """How the critic writes ``value`` of a ``levels``-level grid (see the module docstring).
 
-    >>> [format_level(v, 2) for v in level_values(2)]
-    ['0', '1']
-    >>> [format_level(v, 5) for v in level_values(5)]
-    ['0.00', '0.25', '0.50', '0.75', '1.00']
+    >>> " ".join(format_level(v, 2) for v in level_values(2))
+    '0 1'
+    >>> " ".join(format_level(v, 5) for v in level_values(5))
+    '0.00 0.25 0.50 0.75 1.00'
     """
     if levels == 2:
         return f"{value:g}"
