@@ -18,7 +18,8 @@ from tempo_rl.critic.base import (
     bootstrap_value,
     endpoint_value,
 )
-from tempo_rl.critic.generative import GenerativeCritic, status_counts
+from tempo_rl.critic.generative import ANSWER_MODES, AnswerMode, GenerativeCritic, status_counts
+from tempo_rl.critic.levels import expected_value, format_level, level_values, restricted_probs
 from tempo_rl.critic.monte_carlo import MonteCarloCritic
 from tempo_rl.critic.oracle import OracleCritic, OracleUnavailableError
 from tempo_rl.critic.parse import ValueParse, ValueStatus, classify_value, parse_value, validate_r_max
@@ -26,7 +27,9 @@ from tempo_rl.critic.privileged import PrivilegedInfoWarning, warn_missing_privi
 from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, build_critic_messages
 
 __all__ = [
+    "ANSWER_MODES",
     "DEFAULT_CRITIC_SYSTEM_PROMPT",
+    "AnswerMode",
     "Critic",
     "CriticEstimates",
     "CriticQuery",
@@ -42,7 +45,11 @@ __all__ = [
     "build_critic_messages",
     "classify_value",
     "endpoint_value",
+    "expected_value",
+    "format_level",
+    "level_values",
     "parse_value",
+    "restricted_probs",
     "status_counts",
     "validate_r_max",
     "warn_missing_privileged_info",

@@ -117,12 +117,16 @@ class CriticEstimates:
         prompt_too_long: the prompt exceeded the critic's token budget; the middle of the history was omitted
             (``omitted_turns`` > 0) or, when even that was not enough, nothing was sampled.
         omitted_turns: how many history turns were left out of the prompt.
+        expectation: the critic's exact expected value of the state, when it reads one from the probabilities
+            of its answers (``GenerativeCritic(answer="expected")``: ``sum_i q_i v_i``); None when its estimate
+            is the mean of the K values. :func:`endpoint_value` and the critic metrics use it when set.
     """
 
     values: np.ndarray
     samples: tuple[CriticSample, ...]
     prompt_too_long: bool = False
     omitted_turns: int = 0
+    expectation: float | None = None
 
     def __post_init__(self) -> None:
         if self.values.ndim != 1:
@@ -131,6 +135,8 @@ class CriticEstimates:
             raise ValueError(
                 f"CriticEstimates has {len(self.samples)} samples but {self.values.shape[0]} values"
             )
+        if self.expectation is not None and not math.isfinite(self.expectation):
+            raise ValueError(f"CriticEstimates.expectation must be finite or None, got {self.expectation}")
 
     @property
     def k(self) -> int:
@@ -144,11 +150,14 @@ class CriticEstimates:
 
 
 def endpoint_value(estimates: CriticEstimates) -> float:
-    """``V_hat = mean(V_e over parsed samples)``; NaN when no sample was parsed.
+    """``V_hat = mean(V_e over parsed samples)``; NaN when no sample was parsed. When the estimates carry an
+    exact ``expectation`` (a critic that reads its value from its answers' probabilities), ``V_hat`` is it.
 
     NaN is deliberate: the trainer decides (per config) whether to drop the branch or substitute a value; an
     unreadable critic is never silently worth 0.
     """
+    if estimates.expectation is not None:
+        return float(estimates.expectation)
     values = estimates.values[~np.isnan(estimates.values)]
     if values.size == 0:
         return math.nan

@@ -14,22 +14,55 @@ in the assistant turn, so the model samples only the number and the closing tag,
 first token of its turn, the token where the actor's tool calls start too. It also removes the critic's
 reasoning: leave it empty for a model that should think before it answers (``docs/results.md`` measures it on
 the offline main job's tiny model).
+
+Answer modes (``answer``):
+
+* ``"sampled"`` (the blog's, and the only one for remote backends): K free completions, read by the strict
+  parser; an answer the model garbles is a parse failure (NaN).
+* ``"constrained"``: the answer can only be one of the L valid answers ``<value>{v_i}</value>`` of the level
+  grid (:mod:`tempo_rl.critic.levels`, ``levels`` = L, the warm start's format grid). The model scores each
+  complete answer after the prompt (``compute_logprobs`` of ``prompt + answer_i``: L forward passes, one per
+  answer), the scores are restricted to the valid answers and renormalised,
+  ``q_i = p(answer_i) / sum_j p(answer_j)``, and the K samples are drawn from ``q`` (seeded); each sample's
+  value is its level. Exact constrained decoding over the whole answer (not token by token), so every sample
+  parses by construction, however much mass the model has moved elsewhere.
+* ``"expected"``: the same K draws from ``q`` (they are what the critic is trained on), and the critic's
+  estimate of the state is the exact expectation ``V = sum_i q_i v_i`` (``CriticEstimates.expectation``),
+  which :func:`~tempo_rl.critic.endpoint_value` bootstraps from instead of the mean of E noisy draws.
+
+Logprobs of a constrained sample. Its sequence carries ``log p_theta(token | prefix)`` of the *unrestricted*
+model (``log_softmax`` over the whole vocabulary, from the same full forward pass that the learner's loss
+runs), not ``log q``: the learner computes the unrestricted logprob, so the importance ratio
+``exp(lp_learner - lp_sampler)`` is exactly 1 on the weights that sampled (reporting ``log q`` would make it
+``sum_j p(answer_j)``, a format-mass factor, not a policy change). The gradient is then
+``A_k grad log p(answer_k)``, while the restricted policy's is ``A_k (grad log p(answer_k) - grad log Z)``,
+``Z = sum_j p(answer_j)``. ``Z`` is the same for the K samples of one prompt, so with advantages centred
+over the K samples (the warm-up; TD with ``td_critic_baseline = "group_mean"``) the extra term
+``grad log Z * sum_k A_k`` is exactly 0 and the two gradients are equal. Uncentred TD rewards (``"none"``)
+add ``grad log Z * sum_k A_k``: Brier/L1 rewards are <= 0, so this lowers ``Z`` (mass leaves the answer
+set); the readout stays defined (it renormalises) and that term is scaled by ``td_critic_weight``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from tempo_rl.backends.types import SamplingClient, SamplingParams
+from tempo_rl.backends.types import SampledSequence, SamplingClient, SamplingParams
 from tempo_rl.critic.base import Critic, CriticEstimates, CriticQuery, CriticSample
+from tempo_rl.critic.levels import format_level, level_values, restricted_probs
 from tempo_rl.critic.parse import ValueStatus, classify_value
 from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, Message, build_critic_messages
 
-__all__ = ["GenerativeCritic", "RenderFn", "as_render_fn", "status_counts"]
+__all__ = ["ANSWER_MODES", "AnswerMode", "GenerativeCritic", "RenderFn", "as_render_fn", "status_counts"]
+
+#: How the critic answers (see the module docstring).
+AnswerMode = Literal["sampled", "constrained", "expected"]
+ANSWER_MODES: tuple[str, ...] = ("sampled", "constrained", "expected")
 
 #: Renders a chat (ending with a user turn) into the token ids of a generation prompt.
 RenderFn = Callable[[Sequence[Message]], Sequence[int]]
@@ -93,6 +126,9 @@ class GenerativeCritic(Critic):
         max_observation_chars: cut each observation in the condensed history to this many characters.
         answer_prefix: text the assistant turn starts with, e.g. ``"<value>"`` (see the module docstring);
             needs a renderer that can encode text (a ChatRenderer or a tokenizer).
+        answer: ``"sampled"``, ``"constrained"`` or ``"expected"`` (see the module docstring); the last two
+            need a renderer that can encode text and a sampler with ``compute_logprobs_async``.
+        levels: L, the number of answer levels of ``[0, R_max]`` for ``"constrained"`` / ``"expected"``.
     """
 
     def __init__(
@@ -104,14 +140,29 @@ class GenerativeCritic(Critic):
         *,
         max_observation_chars: int | None = None,
         answer_prefix: str = "",
+        answer: AnswerMode = "sampled",
+        levels: int = 11,
     ) -> None:
         if max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
+        if answer not in ANSWER_MODES:
+            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {answer!r}")
         self._render = as_render_fn(renderer)
         self.answer_prefix = answer_prefix
+        self.answer: AnswerMode = answer
+        self.levels = int(levels)
         self._prefix_tokens: tuple[int, ...] = ()
+        encode = _text_encoder(renderer)
+        if answer != "sampled":
+            level_values(self.levels)  # validates levels
+            if encode is None:
+                raise TypeError(
+                    f"answer={answer!r} needs a renderer that can encode text (a tempo_rl ChatRenderer or a "
+                    f"tokenizer with encode()); got {type(renderer).__name__}. Pass one, or use answer='sampled'"
+                )
+        self._encode = encode
+        self._answers: dict[float, tuple[tuple[float, str, tuple[int, ...]], ...]] = {}
         if answer_prefix:
-            encode = _text_encoder(renderer)
             if encode is None:
                 raise TypeError(
                     f"answer_prefix={answer_prefix!r} needs a renderer that can encode text (a tempo_rl "
@@ -132,6 +183,41 @@ class GenerativeCritic(Critic):
             omitted=omitted,
             max_observation_chars=self.max_observation_chars,
         )
+
+    def answer_set(self, r_max: float) -> tuple[tuple[float, str, tuple[int, ...]], ...]:
+        """The L valid answers of the level grid: ``(v_i, completion text, its tokens)``, where the completion
+        is ``<value>{v_i}</value>`` without the part that ``answer_prefix`` already wrote into the prompt, and
+        ``v_i`` is the value the answer writes (the grid level rounded to the answer's decimals, at most 4).
+
+        Raises:
+            ValueError: a completion that the strict parser would not read back as its level (an
+                ``answer_prefix`` that clashes with the answer format), or two answers with the same tokens.
+        """
+        cached = self._answers.get(r_max)
+        if cached is not None:
+            return cached
+        assert self._encode is not None
+        full_prefix = "<value>"
+        out = []
+        for v in level_values(self.levels, r_max):
+            full = f"<value>{format_level(v, self.levels, r_max)}</value>"
+            text = (
+                full.removeprefix(self.answer_prefix) if full_prefix.startswith(self.answer_prefix) else full
+            )
+            read = classify_value(self.answer_prefix + text, r_max)
+            # a level is worth what it says: 0.3333 for the level 1/3 of a 4-level grid (4 decimals at most)
+            if read.status is not ValueStatus.OK or read.value is None or abs(read.value - v) > 5e-5 + 1e-12:
+                raise ValueError(
+                    f"the constrained answer {text!r} after answer_prefix={self.answer_prefix!r} reads as "
+                    f"{read.status.value} ({read.value}), not {v}; use an answer_prefix that is empty or a prefix "
+                    "of '<value>'"
+                )
+            out.append((read.value, text, tuple(self._encode(text))))
+        if len({tokens for _, _, tokens in out}) != len(out):
+            raise ValueError(f"two of the {self.levels} constrained answers encode to the same tokens")
+        answers = tuple(out)
+        self._answers[r_max] = answers
+        return answers
 
     def _prompt(self, query: CriticQuery, omitted: int) -> tuple[int, ...]:
         return (*self._render(self.messages(query, omitted)), *self._prefix_tokens)
@@ -168,6 +254,8 @@ class GenerativeCritic(Critic):
             return CriticEstimates(
                 values=np.full(k, np.nan), samples=(), prompt_too_long=True, omitted_turns=omitted
             )
+        if self.answer != "sampled":
+            return await self._estimate_levels(query, k, sampler, prompt, omitted, seed)
         params = (
             self.sampling_params if seed is None else dataclasses.replace(self.sampling_params, seed=seed)
         )
@@ -182,6 +270,48 @@ class GenerativeCritic(Critic):
         values = np.array([s.value for s in samples], dtype=np.float64)
         return CriticEstimates(
             values=values, samples=tuple(samples), prompt_too_long=omitted > 0, omitted_turns=omitted
+        )
+
+    async def _estimate_levels(
+        self,
+        query: CriticQuery,
+        k: int,
+        sampler: SamplingClient,
+        prompt: tuple[int, ...],
+        omitted: int,
+        seed: int | None,
+    ) -> CriticEstimates:
+        """``"constrained"`` / ``"expected"``: score the L answers, draw K from the restricted distribution."""
+        answers = self.answer_set(query.r_max)
+        scored = await asyncio.gather(
+            *(sampler.compute_logprobs_async([*prompt, *tokens]) for _, _, tokens in answers)
+        )
+        token_lps: list[tuple[float, ...]] = []
+        for (_, text, tokens), lps in zip(answers, scored):
+            tail = list(lps)[len(prompt) :]
+            if len(tail) != len(tokens) or any(lp is None for lp in tail):
+                raise RuntimeError(
+                    f"compute_logprobs returned {len(lps)} logprobs for a prompt of {len(prompt)} tokens and the "
+                    f"answer {text!r} of {len(tokens)} tokens, or None inside the answer"
+                )
+            token_lps.append(tuple(float(lp) for lp in tail if lp is not None))
+        q = restricted_probs([sum(lps) for lps in token_lps])
+        chosen = np.random.default_rng(seed if seed is not None else self.sampling_params.seed).choice(
+            len(answers), size=k, p=q
+        )
+        samples = []
+        for i in chosen.tolist():
+            v, text, tokens = answers[i]
+            seq = SampledSequence(tokens=tokens, logprobs=token_lps[i], text=text, stop_reason="stop")
+            samples.append(CriticSample(prompt_tokens=prompt, sequence=seq, value=v, status=ValueStatus.OK))
+        values = np.array([s.value for s in samples], dtype=np.float64)
+        expectation = float(np.dot(q, [v for v, _, _ in answers])) if self.answer == "expected" else None
+        return CriticEstimates(
+            values=values,
+            samples=tuple(samples),
+            prompt_too_long=omitted > 0,
+            omitted_turns=omitted,
+            expectation=expectation,
         )
 
 

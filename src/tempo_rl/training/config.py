@@ -175,6 +175,16 @@ class SamplingConfig(_Model):
             "should reason"
         ),
     )
+    critic_answer: Literal["sampled", "constrained", "expected"] = Field(
+        default="sampled",
+        description=(
+            "how the critic answers (tempo_rl.critic.generative): 'sampled' (free completions, strictly parsed; "
+            "the only mode of remote backends), 'constrained' (the K answers are drawn from the model's "
+            "distribution restricted to the valid answers <value>v</value> of the warmstart.critic_format_levels "
+            "grid: they always parse) or 'expected' (the same draws for training, and the state's value is "
+            "the exact expectation over those answers); the last two are for the local backend"
+        ),
+    )
     max_trajectory_tokens: int = Field(
         default=12_000, ge=16, description="token budget of one actor sequence"
     )
@@ -514,6 +524,12 @@ class TrainConfig(_Model):
         if t.unparsed_endpoint_value > t.r_max:
             raise ValueError(
                 f"tempo.unparsed_endpoint_value ({t.unparsed_endpoint_value}) must lie in [0, tempo.r_max={t.r_max}]"
+            )
+        if self.sampling.critic_answer != "sampled" and self.backend.kind != "local":
+            raise ValueError(
+                f"sampling.critic_answer = {self.sampling.critic_answer!r} is for the local backend (it scores "
+                f"every answer level with compute_logprobs); backend.kind = {self.backend.kind!r} keeps the "
+                "sampled answer: set sampling.critic_answer = 'sampled'"
             )
         if self.sampling.max_tokens >= self.sampling.max_trajectory_tokens:
             raise ValueError(

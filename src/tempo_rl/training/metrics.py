@@ -269,10 +269,12 @@ def correlation(x: Sequence[float], y: Sequence[float]) -> float:
 def critic_metrics(estimates: Sequence[CriticEstimates], targets: Sequence[float]) -> dict[str, float]:
     """Critic metrics over start/boundary states, each with K samples and its target G.
 
-    * ``critic/abs_error_mean``: mean ``|V_k - G|`` over parsed samples (R_max units as the values);
+    * ``critic/abs_error_mean``: mean ``|V_k - G|`` over parsed samples (R_max units as the values); for
+      estimates with an exact ``expectation`` V, ``|V - G|`` (weighted by K like the samples; for 0/1 answers
+      and a 0/1 target it is the expected ``|V_k - G|`` of a draw);
     * ``critic/parse_failure_rate``: unparsed samples / samples (a fraction of samples);
     * ``critic/prompt_too_long_rate``: states whose prompt had to be shortened / states (a fraction of states);
-    * ``critic/mean_estimate_mean``: mean over states of the mean parsed estimate;
+    * ``critic/mean_estimate_mean``: mean over states of the mean parsed estimate (or the ``expectation``);
     * ``critic/value_corr``: Pearson correlation between the per-state mean estimate and G across states;
     * ``critic/states``: how many states.
     """
@@ -281,8 +283,14 @@ def critic_metrics(estimates: Sequence[CriticEstimates], targets: Sequence[float
     samples = failures = too_long = 0
     for est, g in zip(estimates, targets):
         parsed = est.values[np.isfinite(est.values)]
-        errors.extend(np.abs(parsed - g).tolist())
-        means.append(float(parsed.mean()) if parsed.size else math.nan)
+        if (
+            est.expectation is not None
+        ):  # the critic's value is its exact expectation: count it once per sample
+            errors.extend([abs(est.expectation - g)] * est.k)
+            means.append(float(est.expectation))
+        else:
+            errors.extend(np.abs(parsed - g).tolist())
+            means.append(float(parsed.mean()) if parsed.size else math.nan)
         samples += est.k
         failures += est.parse_failures
         too_long += int(est.prompt_too_long)

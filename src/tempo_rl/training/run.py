@@ -226,6 +226,8 @@ def build_trainer(
         ),
         max_prompt_tokens=s.critic_max_prompt_tokens,
         answer_prefix=s.critic_answer_prefix,
+        answer=s.critic_answer,
+        levels=config.warmstart.critic_format_levels,
     )
     store = StateStore(
         run_dir / STORE_FILE,

@@ -34,6 +34,7 @@ import numpy as np
 
 from tempo_rl.backends.types import AdamParams, Datum
 from tempo_rl.critic.base import CriticQuery
+from tempo_rl.critic.levels import format_level
 from tempo_rl.envs.snapshot import EnvSpec
 from tempo_rl.envs.workers import EnvWorkerError
 from tempo_rl.rollout.datums import SequenceBuilder, sft_datum
@@ -150,17 +151,9 @@ def demonstration_datums(
 
 
 def _format_value(value: float, levels: int, r_max: float = 1.0) -> str:
-    """A format example's value as the critic should write it: ``0``/``1`` (times R_max) for 2 levels, one digit
-    token each, the cheapest answer for a small model; otherwise with the fewest decimals (at least 1, at most
-    4) that write every level exactly: ``0.3`` for 11 levels, ``0.25`` for 5."""
-    if levels == 2:
-        return f"{value:g}"
-    grid = [i / (levels - 1) * r_max for i in range(levels)]
-    decimals = next(
-        (d for d in range(1, 5) if all(abs(round(v, d) - v) < 1e-9 for v in grid)),
-        4,
-    )
-    return f"{value:.{decimals}f}"
+    """A format example's value as the critic writes it (:func:`tempo_rl.critic.levels.format_level`: ``0``/``1``
+    times R_max for 2 levels, one digit token each; otherwise the fewest decimals that write every level)."""
+    return format_level(value, levels, r_max)
 
 
 def _weighted_sft(
