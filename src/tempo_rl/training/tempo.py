@@ -393,6 +393,7 @@ class TempoTrainer(MacroStepTrainer):
             self.c.sampler, [s.state for s in starts], self.state.policy_version
         )
         timer.add("prefix", prefix.seconds)
+        self.cost.add_logprob_calls([prefix.processed_tokens])
         critic_idx = np.flatnonzero(batch.mask.any(axis=1)).tolist()
         with timer.part("sampling"):
             queries = [self.critic_query(starts[i].state) for i in critic_idx]

@@ -40,6 +40,7 @@ from tempo_rl.rollout.branches import BranchResult, RolloutSettings, RolloutStat
 from tempo_rl.rollout.datums import completion_datum, make_datum
 from tempo_rl.signals import kl_penalized_advantages
 from tempo_rl.training.config import TrainConfig
+from tempo_rl.training.cost import CostLedger, critic_cost_counters
 from tempo_rl.training.types import StartState, StoredState, TrainerComponents
 
 __all__ = ["MacroStepTrainer", "TrainerState", "UpdateTimer"]
@@ -65,6 +66,7 @@ class TrainerState:
         warmstart_done: the supervised warm start has run (it is never repeated on resume).
         kl_reference: the backend state (``training_client.save_state``) of the KL anchor's reference policy,
             saved when RL began; None until then or with ``kl.coef = 0``.
+        cost: the run's cumulative tokens processed and env steps (``cost/*``, :mod:`tempo_rl.training.cost`).
     """
 
     update: int = 0
@@ -74,6 +76,7 @@ class TrainerState:
     states_reused_total: int = 0
     warmstart_done: bool = False
     kl_reference: str | None = None
+    cost: CostLedger = field(default_factory=CostLedger)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -85,12 +88,15 @@ class TrainerState:
             "states_reused_total": self.states_reused_total,
             "warmstart_done": self.warmstart_done,
             "kl_reference": self.kl_reference,
+            "cost": self.cost.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrainerState:
         """Inverse of :meth:`to_json`."""
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        values["cost"] = CostLedger.from_json(data.get("cost"))
+        return cls(**values)
 
 
 def _close_runner(runner: asyncio.Runner) -> None:
@@ -209,6 +215,7 @@ class MacroStepTrainer(abc.ABC):
                 )
                 metrics["time/eval_seconds"] = time.perf_counter() - t1
             metrics["train/policy_version"] = float(self.state.policy_version)
+            metrics.update(self.cost_metrics())  # an evaluation's tokens count apart (cost/eval_*)
             metrics.update(self.reliability_metrics())
             self.state.update += 1
             self.state.rng_state = dict(self.rng.bit_generator.state)
@@ -231,6 +238,16 @@ class MacroStepTrainer(abc.ABC):
         if self._runner is not None:
             self._finalizer()
             self._runner = None
+
+    @property
+    def cost(self) -> CostLedger:
+        """The run's cumulative cost counters (kept in :attr:`state`, so they survive a resume)."""
+        return self.state.cost
+
+    def cost_metrics(self) -> dict[str, float]:
+        """``cost/*`` so far (see :mod:`tempo_rl.training.cost`), and ``critic/mc_*`` when the critic does
+        rollouts of its own (it has ``cost_counters()``)."""
+        return self.cost.metrics(critic=critic_cost_counters(self.c.critic) is not None)
 
     def reliability_metrics(self) -> dict[str, float]:
         """Failure counters since this process started: env worker calls, errors, timeouts and replaced workers
@@ -423,6 +440,7 @@ class MacroStepTrainer(abc.ABC):
             results, rstats = await self.rollout(starts, self.rollout_settings(segment_rounds=segment_rounds))
         finally:
             self.close_envs(starts)
+        self.cost.add_rollout(rstats)
         timer.add("sampling", rstats.sampling_s)
         timer.add("env", rstats.env_s)
         return results, rstats
@@ -451,11 +469,18 @@ class MacroStepTrainer(abc.ABC):
         """K critic estimates of every query, concurrently; each request is seeded from the trainer RNG (drawn
         in query order before any sampling starts), so a resumed run reproduces the critic samples too."""
         seeds = [int(self.rng.integers(0, 2**31 - 1)) for _ in queries]
-        return list(
+        before = critic_cost_counters(self.c.critic)
+        estimates = list(
             await asyncio.gather(
                 *(self.c.critic.estimate(q, k, self.c.sampler, seed=s) for q, s in zip(queries, seeds))
             )
         )
+        self.cost.add_estimates(estimates)
+        if before is not None:
+            after = critic_cost_counters(self.c.critic)
+            assert after is not None
+            self.cost.add_critic_work(before, after)
+        return estimates
 
     # ---------------------------------------------------------------------------------------------- datums
 
@@ -550,6 +575,7 @@ class MacroStepTrainer(abc.ABC):
         t0 = time.perf_counter()
         reference = self.reference_sampler()
         items = list(self._trained_sequences(branches, advantages))
+        self.cost.add_logprob_calls(len(tokens) for tokens, _, _, _ in items)
         ref_rows = await asyncio.gather(
             *(reference.compute_logprobs_async(tokens.tolist()) for tokens, _, _, _ in items),
             return_exceptions=True,
@@ -644,6 +670,7 @@ class MacroStepTrainer(abc.ABC):
             ),
             "train/optim_steps": 0.0,
         }
+        self.cost.add_datums(datums)
         if datums:
             chunk = self.config.optim.chunk_datums
             steps = min(self.config.optim.substeps if substeps is None else substeps, len(datums))
@@ -691,6 +718,7 @@ class MacroStepTrainer(abc.ABC):
             )
         finally:
             self.close_envs(starts)
+        self.cost.add_rollout(stats, evaluation=True)
         branches = [row[0] for row in results]
         return {
             "eval/success_rate": float(np.mean([b.won for b in branches])) if branches else math.nan,
