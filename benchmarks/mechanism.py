@@ -34,8 +34,8 @@ reach GRPO's final success of the same seed, and the generative critic's value c
 targets at the end of its warm-up. Curves: success against env steps and against tokens processed.
 
 Every (env, seed) warm start and every (env, seed, arm) run is cached in ``--work`` (default ``OUT/work``) as
-soon as it finishes, keyed by its configuration: an interrupted run resumes where it stopped, and ``--seeds`` /
-``--arms`` add to what is there. ``--jobs N`` runs the warm starts, then the arm runs, in N processes. The one
+soon as it finishes, keyed by its configuration (default ``runs/mechanism-work``, git-ignored): an interrupted
+run resumes where it stopped, and ``--seeds`` / ``--arms`` add to what is there. ``--jobs N`` runs the warm starts, then the arm runs, in N processes. The one
 JSON line (stdout) also carries the measured seconds per arm-seed and the estimated wall time of the whole plan
 at ``--jobs``.
 
@@ -153,9 +153,9 @@ QUICK_ENVS: dict[str, EnvSetting] = {
 FULL = Scale(
     seeds=(0, 1, 2, 3, 4),
     envs=("keydoor", "knights"),
-    budget_steps=1536,
-    eval_points=4,
-    eval_episodes=8,
+    budget_steps=4608,
+    eval_points=6,
+    eval_episodes=16,
     warmstart_episodes=96,
     warmstart_epochs=3,
     hidden_size=64,
@@ -360,9 +360,19 @@ def warm_start_task(env: EnvSetting, scale: Scale, seed: int, work: Path, tok_di
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import warm_start
 
-    ws_dir = work / f"{env.name}-seed{seed}-warmstart"
+    # what the warm start depends on (a different budget or arm setting reuses it)
+    fields = (
+        "eval_episodes",
+        "warmstart_episodes",
+        "warmstart_epochs",
+        "hidden_size",
+        "num_layers",
+        "vocab_size",
+        "max_trajectory_tokens",  # sets the model's max_positions
+    )
+    key = _cache_key("warmstart", env.kwargs, {k: getattr(scale, k) for k in fields}, seed)
+    ws_dir = work / f"{env.name}-seed{seed}-warmstart-{key}"
     cfg = make_config(env, scale, seed, "oracle", ws_dir, tok_dir)
-    key = _cache_key("warmstart", env.kwargs, asdict(scale) | {"seeds": None, "envs": None}, seed)
     record = ws_dir / "warmstart.json"
     cached = _read_cached(record, key)
     if cached is not None and Path(cached["state"]).exists():
@@ -414,7 +424,6 @@ def arm_task(
     """
     from tempo_rl.training.run import build_trainer
 
-    run_dir = work / f"{env.name}-seed{seed}-{arm}"
     key = _cache_key(
         "arm",
         env.kwargs,
@@ -424,7 +433,8 @@ def arm_task(
         seed,
         ARMS[arm],
     )
-    record = work / f"{env.name}-seed{seed}-{arm}.json"
+    run_dir = work / f"{env.name}-seed{seed}-{arm}-{key}"
+    record = work / f"{env.name}-seed{seed}-{arm}-{key}.json"
     cached = _read_cached(record, key)
     if cached is not None:
         return cached
@@ -791,7 +801,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="CI smoke run: one seed, short keydoor, tiny budget")
     ap.add_argument("--out", default="benchmarks/results/mechanism", help="results folder (JSON + PNG)")
-    ap.add_argument("--work", default=None, help="cache of warm starts and arm runs (default OUT/work)")
+    ap.add_argument(
+        "--work", default="runs/mechanism-work", help="cache of warm starts and arm runs (git-ignored runs/)"
+    )
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="override the seeds")
     ap.add_argument("--envs", nargs="*", default=None, choices=sorted(ENVS), help="override the envs")
     ap.add_argument("--arms", nargs="*", default=None, choices=list(ARMS), help="only these arms")
@@ -828,7 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         updates["budget_steps"] = args.budget_steps
     scale = replace(scale, **updates)
     out_dir = Path(args.out)
-    work = Path(args.work) if args.work else out_dir / "work"
+    work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     plan = [
         (e, s, a)

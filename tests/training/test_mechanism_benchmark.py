@@ -114,7 +114,8 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Pa
     pytest.importorskip("torch", reason="the benchmark trains on the local backend (torch)")
     pytest.importorskip("matplotlib", reason="the benchmark plots with matplotlib")
     out = tmp_path / "mechanism"
-    line = run_benchmark("mechanism.py", "--quick", "--out", str(out), timeout=400)
+    work = tmp_path / "work"
+    line = run_benchmark("mechanism.py", "--quick", "--out", str(out), "--work", str(work), timeout=400)
     arms = mech.QUICK_ENVS["keydoor"].arms
     assert line["benchmark"] == "mechanism" and line["seeds"] == 1
     for arm in arms:
@@ -141,10 +142,10 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Pa
     assert not any("critic/abs_error_mean" in u for u in runs["grpo"]["0"]["updates"])
     assert (out / "mechanism.png").stat().st_size > 10_000
     # a second call finds every warm start and arm run in its cache: none is run (or rewritten) again
-    cached = sorted((out / "work").glob("*.json")) + sorted((out / "work").glob("*-warmstart/warmstart.json"))
+    cached = sorted(work.glob("*.json")) + sorted(work.glob("*-warmstart-*/warmstart.json"))
     assert len(cached) == len(arms) + 1
     stamps = [p.stat().st_mtime_ns for p in cached]
-    again = run_benchmark("mechanism.py", "--quick", "--out", str(out), timeout=400)
+    again = run_benchmark("mechanism.py", "--quick", "--out", str(out), "--work", str(work), timeout=400)
     assert [p.stat().st_mtime_ns for p in cached] == stamps
     keep = ("wall_s", "estimate_full_plan")
     assert {k: v for k, v in again.items() if k not in keep} == {
