@@ -214,6 +214,7 @@ _KEEP = (
     "cost/prefill_tokens",
     "cost/sampled_tokens",
     "cost/trained_tokens",
+    "sampling/prefill_tokens",  # the local backend's own count, after its prefix cache
 )
 
 TIME_PARTS = ("restore", "sampling", "env", "training", "prefix", "store", "reference")
