@@ -27,8 +27,6 @@ COST_KEYS = {
     "cost/trained_tokens",
     "cost/tokens",
     "cost/env_steps",
-    "cost/eval_tokens",
-    "cost/eval_env_steps",
 }
 
 
@@ -71,15 +69,16 @@ def test_the_ledger_adds_what_each_call_sends_by_hand() -> None:
         "cost/trained_tokens": trained,
         "cost/tokens": prefill + sampled + trained,
         "cost/env_steps": 5 + 3,
-        "cost/eval_tokens": 1100,  # kept apart: in no other figure
-        "cost/eval_env_steps": 50,
+        "eval/cost_tokens": 1100,  # kept apart: in no other figure
+        "eval/cost_env_steps": 50,
         "critic/mc_queries": 1,
         "critic/mc_rollouts": 2,
         "critic/mc_env_steps": 3,
         "critic/mc_prefill_tokens": 30,
         "critic/mc_sampled_tokens": 4,
     }
-    assert set(ledger.metrics()) == COST_KEYS
+    assert set(ledger.metrics()) == COST_KEYS | {"eval/cost_tokens", "eval/cost_env_steps"}
+    assert set(CostLedger(prefill_tokens=3).metrics()) == COST_KEYS  # nothing evaluated yet
     assert CostLedger.from_json(json.loads(json.dumps(ledger.to_json()))) == ledger
     assert CostLedger.from_json(None) == CostLedger() == CostLedger.from_json({})
 
@@ -154,7 +153,7 @@ def test_every_update_reports_what_the_backend_was_sent(algorithm: str) -> None:
             m["cost/tokens"] == m["cost/prefill_tokens"] + m["cost/sampled_tokens"] + m["cost/trained_tokens"]
         )
         assert m["cost/env_steps"] == turns
-        assert m["cost/eval_tokens"] == m["cost/eval_env_steps"] == 0
+        assert "eval/cost_tokens" not in m and "eval/cost_env_steps" not in m  # nothing was evaluated
     assert sampler.logprob_calls  # the KL reference (and, for TEMPO, the prefix correction) was asked
     assert logged[-1]["cost/trained_tokens"] > 0
 
@@ -167,8 +166,8 @@ def test_evaluation_is_counted_apart() -> None:
     trainer.train(max_updates=1)
     train_prefill = logged[-1]["cost/prefill_tokens"]
     n_requests = len(sampler.requests)
-    eval_tokens = logged[-1]["cost/eval_tokens"]
-    assert eval_tokens > 0 and logged[-1]["cost/eval_env_steps"] > 0
+    eval_tokens = logged[-1]["eval/cost_tokens"]
+    assert eval_tokens > 0 and logged[-1]["eval/cost_env_steps"] > 0
     asyncio.run(trainer.evaluate(2))
     extra = sampler.requests[n_requests:]  # the evaluation's requests only
     assert trainer.cost.eval_prefill_tokens + trainer.cost.eval_sampled_tokens == eval_tokens + sum(
@@ -230,5 +229,6 @@ def test_a_resumed_run_keeps_counting_from_its_checkpointed_totals() -> None:
     )
     resumed.train()
     assert len(parts) == len(whole)
-    for key in COST_KEYS:
-        assert [p[key] for p in parts] == [w[key] for w in whole], key
+    for key in COST_KEYS | {"eval/cost_tokens", "eval/cost_env_steps"}:
+        assert [p.get(key) for p in parts] == [w.get(key) for w in whole], key
+    assert whole[-1]["eval/cost_env_steps"] > 0

@@ -18,8 +18,9 @@ figures come out on the local backend, PyTRIO and Tinker:
 Every figure is cumulative over the run (kept in :attr:`TrainerState.cost
 <tempo_rl.training.trainer.TrainerState>`, so a resumed run goes on counting), and covers the warm-up, TD and
 GRPO updates, critic calls included. Not counted: the supervised warm start (it runs before the first update;
-see ``warmstart/*``) and evaluation, which is kept apart in ``cost/eval_tokens`` (prefill + sampled) and
-``cost/eval_env_steps``, so that how often a run evaluates does not change its cost.
+see ``warmstart/*``) and evaluation, which is kept apart in ``eval/cost_tokens`` (prefill + sampled) and
+``eval/cost_env_steps`` (cumulative too; logged once the run has evaluated), so that how often a run evaluates
+changes no ``cost/*`` figure.
 
 A critic that does backend or env work of its own beyond the samples it returns (the Monte Carlo critic's
 rollouts) reports it through ``cost_counters()``: a mapping with cumulative ``prefill_tokens``,
@@ -131,16 +132,18 @@ class CostLedger:
         self.trained_tokens += sum(len(d.model_input) for d in datums)
 
     def metrics(self, *, critic: bool = False) -> dict[str, float]:
-        """``cost/*`` (and, with ``critic=True``, the critic's own rollouts as ``critic/mc_*``)."""
+        """``cost/*``, ``eval/cost_*`` once evaluation has cost anything, and, with ``critic=True``, the critic's
+        own rollouts as ``critic/mc_*``."""
         out = {
             "cost/prefill_tokens": float(self.prefill_tokens),
             "cost/sampled_tokens": float(self.sampled_tokens),
             "cost/trained_tokens": float(self.trained_tokens),
             "cost/tokens": float(self.tokens),
             "cost/env_steps": float(self.env_steps),
-            "cost/eval_tokens": float(self.eval_prefill_tokens + self.eval_sampled_tokens),
-            "cost/eval_env_steps": float(self.eval_env_steps),
         }
+        if self.eval_env_steps or self.eval_prefill_tokens:
+            out["eval/cost_tokens"] = float(self.eval_prefill_tokens + self.eval_sampled_tokens)
+            out["eval/cost_env_steps"] = float(self.eval_env_steps)
         if critic:
             out.update(
                 {

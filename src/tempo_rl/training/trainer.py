@@ -215,7 +215,7 @@ class MacroStepTrainer(abc.ABC):
                 )
                 metrics["time/eval_seconds"] = time.perf_counter() - t1
             metrics["train/policy_version"] = float(self.state.policy_version)
-            metrics.update(self.cost_metrics())  # an evaluation's tokens count apart (cost/eval_*)
+            metrics.update(self.cost_metrics())  # an evaluation's tokens count apart (eval/cost_*)
             metrics.update(self.reliability_metrics())
             self.state.update += 1
             self.state.rng_state = dict(self.rng.bit_generator.state)
