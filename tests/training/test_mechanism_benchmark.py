@@ -79,6 +79,24 @@ def test_summary_pairs_the_oracle_with_grpo_per_seed() -> None:
     assert oracle["seeds_reaching_grpo_final"] == 3
 
 
+def test_the_time_estimate_extrapolates_measured_arms_by_hand() -> None:
+    runs = {
+        "keydoor": {
+            "grpo": {0: {"cpu_s": 100.0, "wall_s": 400.0}, 1: {"cpu_s": 120.0, "wall_s": 500.0}},
+            "oracle": {0: {"cpu_s": 80.0, "wall_s": 300.0}},
+        }
+    }
+    warm = {"keydoor/0": {"cpu_s": 30.0, "seconds": 90.0}}
+    plan = [("keydoor", s, a) for s in (0, 1, 2) for a in ("grpo", "oracle", "mc")] + [("knights", 0, "grpo")]
+    est = mech.estimate(plan, runs, warm, 2)
+    # 3 seeds x (grpo 110 + oracle 80 + mc at the mean of the measured arms, (110 + 80) / 2 = 95) + 3 x 30
+    assert est["per_env"]["keydoor"]["task_cpu_s"] == 3 * (110 + 80 + 95) + 3 * 30
+    assert est["task_cpu_s"] == 945.0 and est["wall_s_at_jobs_from_cpu"] == 472.5
+    assert est["task_wall_s"] == 3 * (450 + 300 + 375) + 3 * 90
+    assert est["unmeasured_envs"] == ["knights"] and est["measured_tasks"] == 3
+    assert mech.json_safe({"a": [math.nan, 1.0], "b": math.inf}) == {"a": [None, 1.0], "b": None}
+
+
 def test_every_arm_of_an_env_gets_the_same_model_and_env_but_its_own_critic(tmp_path: Path) -> None:
     env = mech.ENVS["keydoor"]
     assert env.max_rounds >= 48 and env.max_rounds // env.macro_rounds >= 6 and env.kwargs["keys"] >= 2
