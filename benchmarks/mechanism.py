@@ -37,7 +37,8 @@ Every (env, seed) warm start and every (env, seed, arm) run is cached in ``--wor
 soon as it finishes, keyed by its configuration (default ``runs/mechanism-work``, git-ignored): an interrupted
 run resumes where it stopped, and ``--seeds`` / ``--arms`` add to what is there. ``--jobs N`` runs the warm starts, then the arm runs, in N processes. The one
 JSON line (stdout) also carries the estimated time of the whole full plan at 2 processes, extrapolated from
-the arm-seeds measured so far (``estimate_full_plan``; see :func:`estimate`).
+the arm-seeds measured so far (``estimate_full_plan``; see :func:`estimate`; with ``--quick``: of the quick
+plan, at ``--jobs``).
 
 Time (measured 2026-12-02, seed 0 at full size, CPU seconds of one process with one torch thread): keydoor warm
 start 37 s, GRPO 95 s, oracle 113 s; knights warm start 10 s, GRPO 101 s, oracle 160 s, Monte Carlo 89 s. The
