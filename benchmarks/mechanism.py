@@ -378,9 +378,11 @@ def warm_start_task(env: EnvSetting, scale: Scale, seed: int, work: Path, tok_di
         "vocab_size",
         "max_trajectory_tokens",  # sets the model's max_positions
     )
-    key = _cache_key("warmstart", env.kwargs, {k: getattr(scale, k) for k in fields}, seed)
+    key = _cache_key("warmstart-generative", env.kwargs, {k: getattr(scale, k) for k in fields}, seed)
     ws_dir = work / f"{env.name}-seed{seed}-warmstart-{key}"
-    cfg = make_config(env, scale, seed, "oracle", ws_dir, tok_dir)
+    # built as the generative arm: its critic renders the warm start's critic answer-format examples (an oracle
+    # critic has no prompt, and the generative arm's critic would never learn to answer); every arm starts here
+    cfg = make_config(env, scale, seed, "generative", ws_dir, tok_dir)
     record = ws_dir / "warmstart.json"
     cached = _read_cached(record, key)
     if cached is not None and Path(cached["state"]).exists():

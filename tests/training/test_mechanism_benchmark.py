@@ -155,6 +155,10 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Pa
         tokens = [u["tokens"] for u in run["updates"]]
         assert steps == sorted(steps) and tokens == sorted(tokens) and steps[-1] == run["steps"]
         assert set(run["time_s"]) >= {"sampling", "env", "training", "eval"}
+    # the shared warm start also taught the generative critic its answer format (critic examples beside the
+    # demos: without them the generative arm's critic never answers in the format)
+    warm = results["warmstart"]["keydoor/0"]["metrics"]
+    assert warm["warmstart/datums"] > results["scale"]["warmstart_episodes"]
     # the Monte Carlo critic's rollouts are charged to its arm
     assert runs["mc"]["0"]["cost"]["critic/mc_env_steps"] > 0
     assert not any("critic/abs_error_mean" in u for u in runs["grpo"]["0"]["updates"])
