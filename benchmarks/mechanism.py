@@ -41,10 +41,11 @@ the arm-seeds measured so far (``estimate_full_plan``; see :func:`estimate`; wit
 plan, at ``--jobs``).
 
 Time (measured 2026-12-02, seed 0 at full size, CPU seconds of one process with one torch thread): keydoor warm
-start 67 s, GRPO 95 s, oracle 113 s, Monte Carlo 95 s; knights warm start 10 s, GRPO 101 s, oracle 160 s,
-Monte Carlo 89 s. The full plan (5 seeds x (7 keydoor + 6 knights arms) + 10 warm starts) extrapolates to about
-7,400 CPU seconds: about 62 minutes with ``--jobs 2`` on an otherwise idle 2-core machine (the same runs took
-2-9x longer in wall time on the shared development machine, loaded by other jobs).
+start 67 s, GRPO 95 s, oracle 113 s, Monte Carlo 95 s, generative 157 s; knights warm start 10 s, GRPO 101 s,
+oracle 160 s, Monte Carlo 89 s. The full plan (5 seeds x (7 keydoor + 6 knights arms) + 10 warm starts)
+extrapolates to about 8,100 CPU seconds (the unmeasured arms at their env's measured mean, knights' generative
+arm at 1.5x): about 68 minutes with ``--jobs 2`` on an otherwise idle 2-core machine (the same runs took 1-9x
+longer in wall time on the shared development machine, loaded by other jobs).
 
 Usage::
 
