@@ -1,70 +1,86 @@
-"""The TEMPO-vs-GRPO mechanism benchmark: same envs, same seeds, same budget of environment steps.
+"""The long-horizon mechanism benchmark: TEMPO with critics of known quality against GRPO, at equal env steps.
 
-For each env (the long-horizon delayed-reward ``keydoor`` corridor and the ``knights`` puzzle with final
-feedback) and each seed, one tiny local model is behaviour-cloned on noisy expert demos (the warm start,
-shared by every arm of that seed: same initial weights, same tokenizer), then three arms train from it on the
-local backend until each has used the same number of training env steps:
+Question 1 of issue 22: does macro-step TD beat trajectory-level GRPO when the values are good, and how does it
+degrade as the critic worsens? Every arm of one (env, seed) trains the same tiny local model from the same
+supervised warm start (behaviour cloning on noisy walkthroughs, run once per (env, seed): the same starting
+weights for every arm, so arms compare pairwise per seed), on the local backend, until it has used the same
+budget of environment steps (``cost/env_steps``: every action sent to an env by training rollouts, the Monte
+Carlo critic's rollouts and the generative critic's warm-up episodes included; evaluation is not counted).
 
-* ``grpo``      -- trajectory-level GRPO (full episodes, group-centred returns, no critic);
-* ``tempo``     -- TEMPO (critic warm-up on Monte Carlo returns, then macro-step TD), prefix correction off;
-* ``tempo_pc``  -- TEMPO with the clipped prefix importance correction.
+Envs (``ENVS``):
 
-Measured per arm (all against training env steps, i.e. ``rollout/turns`` summed over updates):
+* ``keydoor``: T = 48 rounds, H = 8 (6 macro-steps), 2 keys of 2 colours. Each key room repeats its sign
+  (``clue_at_key``) so the choice needs no memory, but its consequence shows only later: the first lock is 8
+  rooms after the last key room, and the only reward is 1 at the far exit (the walkthrough takes 42 steps);
+* ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, H = 4, the verdict only when all
+  3 are placed (``feedback = "final"``).
 
-* success: greedy (``sampling.eval_temperature``) full episodes on fixed evaluation seeds, at regular points;
-* the critic's ``abs_error_mean`` and ``value_corr`` (per update; TEMPO only, GRPO has no critic);
-* the actor's degenerate-group rate (groups whose advantages are all 0: no gradient);
-* the prefix weights (``tempo_pc``);
-* the wall-time split (restore / sampling / env / training / prefix / store / eval seconds).
+Arms (``ARMS``; knights runs all but the prefix-correction one):
 
-Writes ``results.json`` and ``mechanism.png`` into ``--out`` and prints ONE JSON line of headline figures
-(ratios measured side by side in this run). ``--quick`` is a CI smoke run (< 60 s): one seed, keydoor only, a
-tiny budget.
+* ``grpo``: full episodes, group-centred returns, no critic;
+* ``oracle``: TEMPO with the env's exact value V* (``tempo.critic = "oracle"``), prefix correction off;
+* ``oracle_pc``: the same with the clipped prefix correction (keydoor: stored states are restored with prefixes
+  sampled by older policies, which is where the correction changes anything);
+* ``oracle_flip10`` / ``oracle_flip30``: the oracle with each estimate flipped (V -> R_max - V) with
+  probability 0.1 / 0.3;
+* ``mc``: the Monte Carlo critic (VinePPO: the mean return of M = 2 policy rollouts from the restored state);
+* ``generative``: TEMPO's own critic (the policy model prompted for ``<value>``), with its critic warm-up.
+
+Reported, per env and arm, over seeds (mean and standard error, SE = sd / sqrt(n)): greedy-ish eval success
+(``sampling.eval_temperature``) at the budget, the success AUC (mean success over 41 evenly spaced env-step
+points from 0 to the budget), the paired difference ``oracle - grpo`` in AUC per seed with its SE and on how many
+seeds it is positive, the tokens processed (``cost/tokens`` = prefill + sampled + trained) each arm needs to
+reach GRPO's final success of the same seed, and the generative critic's value correlation with the Monte Carlo
+targets at the end of its warm-up. Curves: success against env steps and against tokens processed.
+
+Every (env, seed) warm start and every (env, seed, arm) run is cached in ``--work`` (default ``OUT/work``) as
+soon as it finishes, keyed by its configuration (default ``runs/mechanism-work``, git-ignored): an interrupted
+run resumes where it stopped, and ``--seeds`` / ``--arms`` add to what is there. ``--jobs N`` runs the warm starts, then the arm runs, in N processes. The one
+JSON line (stdout) also carries the estimated time of the whole full plan at 2 processes, extrapolated from
+the arm-seeds measured so far (``estimate_full_plan``; see :func:`estimate`; with ``--quick``: of the quick
+plan, at ``--jobs``).
+
+Time (measured 2026-12-02, seed 0 at full size, CPU seconds of one process with one torch thread): keydoor warm
+start 67 s, GRPO 95 s, oracle 113 s, Monte Carlo 95 s, generative 157 s; knights warm start 10 s, GRPO 101 s,
+oracle 160 s, Monte Carlo 89 s. The full plan (5 seeds x (7 keydoor + 6 knights arms) + 10 warm starts)
+extrapolates to about 8,100 CPU seconds (the unmeasured arms at their env's measured mean, knights' generative
+arm at 1.5x): about 68 minutes with ``--jobs 2`` on an otherwise idle 2-core machine (the same runs took 1-9x
+longer in wall time on the shared development machine, loaded by other jobs).
 
 Usage::
 
-    python benchmarks/mechanism.py --out benchmarks/results/mechanism          # the full run
-    python benchmarks/mechanism.py --quick --out /tmp/mechanism-quick           # smoke
+    python benchmarks/mechanism.py --jobs 2                      # the full run (5 seeds), resumable
+    python benchmarks/mechanism.py --quick --out /tmp/mech-quick  # CI smoke run (tiny)
+    python benchmarks/mechanism.py --from-results benchmarks/results/mechanism/results.json
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
-import shutil
+import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tempo_rl.training.config import TrainConfig, validate_config
-from tempo_rl.training.run import build_trainer, env_corpus
-from tempo_rl.training.trainer import MacroStepTrainer
-
-ARMS: dict[str, dict[str, Any]] = {
-    "grpo": {"algorithm": "grpo"},
-    "tempo": {"algorithm": "tempo", "prefix_correction": "off"},
-    "tempo_pc": {"algorithm": "tempo", "prefix_correction": "clipped"},
-}
-
-TIME_PARTS = ("restore", "sampling", "env", "training", "prefix", "store")
+# ------------------------------------------------------------------------------------------------ settings
 
 
 @dataclass(frozen=True)
 class EnvSetting:
-    """One benchmark environment: its config table, T (episode limit) and H (macro-step rounds)."""
+    """One benchmark environment: its kwargs, T (episode limit), H (macro-step rounds) and its arms."""
 
     name: str
     kwargs: Mapping[str, Any]
     max_rounds: int
     macro_rounds: int
+    arms: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -81,7 +97,6 @@ class Scale:
     hidden_size: int
     num_layers: int
     vocab_size: int
-    num_threads: int
     states_per_batch: int
     branches: int
     critic_samples: int
@@ -89,42 +104,82 @@ class Scale:
     warmup_updates: int
     warmup_games: int
     grpo_games: int
+    mc_rollouts: int
     learning_rate: float
+    max_tokens: int
+    max_trajectory_tokens: int
 
+
+ARMS: dict[str, dict[str, Any]] = {
+    "grpo": {"algorithm": "grpo"},
+    "oracle": {"algorithm": "tempo", "critic": "oracle"},
+    "oracle_pc": {"algorithm": "tempo", "critic": "oracle", "prefix_correction": "clipped"},
+    "oracle_flip10": {"algorithm": "tempo", "critic": "oracle", "oracle_flip_prob": 0.1},
+    "oracle_flip30": {"algorithm": "tempo", "critic": "oracle", "oracle_flip_prob": 0.3},
+    "mc": {"algorithm": "tempo", "critic": "monte_carlo"},
+    "generative": {"algorithm": "tempo", "critic": "generative"},
+}
+
+_ALL = tuple(ARMS)
+_NO_PC = tuple(a for a in ARMS if a != "oracle_pc")
 
 ENVS: dict[str, EnvSetting] = {
-    # one key of 2 colours in a 12-step corridor (the walkthrough takes 9): the key choice is final and its
-    # consequence (the lock) shows several steps later; reward 1 only at the exit
-    "keydoor": EnvSetting("keydoor", {"horizon": 12, "keys": 1, "colours": 2}, 12, 4),
-    # place 2 pieces on 4x4 with 1 fixed within 8 steps; conflicting placements are refused (and use a step)
+    "keydoor": EnvSetting(
+        "keydoor",
+        {"horizon": 48, "keys": 2, "colours": 2, "clue_gap": 0, "lock_gap": 8, "clue_at_key": True},
+        48,
+        8,
+        _ALL,
+    ),
     "knights": EnvSetting(
-        "knights", {"size": 4, "preplaced": 1, "place": 2, "max_steps": 8, "feedback": "immediate"}, 8, 4
+        "knights",
+        {"size": 5, "preplaced": 2, "place": 3, "max_steps": 16, "feedback": "final"},
+        16,
+        4,
+        _NO_PC,
     ),
 }
 
-#: The quick smoke run uses the same envs (only the scale differs).
-QUICK_ENVS: dict[str, EnvSetting] = dict(ENVS)
+#: The smoke run's envs: the same kinds, short (T = 16) so that it takes about a minute.
+QUICK_ENVS: dict[str, EnvSetting] = {
+    "keydoor": EnvSetting(
+        "keydoor",
+        {"horizon": 16, "keys": 2, "colours": 2, "clue_gap": 0, "lock_gap": 1, "clue_at_key": True},
+        16,
+        4,
+        _ALL,
+    ),
+    "knights": EnvSetting(
+        "knights",
+        {"size": 4, "preplaced": 1, "place": 2, "max_steps": 8, "feedback": "final"},
+        8,
+        4,
+        _NO_PC,
+    ),
+}
 
 FULL = Scale(
-    seeds=(0, 1, 2),
+    seeds=(0, 1, 2, 3, 4),
     envs=("keydoor", "knights"),
-    budget_steps=768,
-    eval_points=3,
-    eval_episodes=12,
-    warmstart_episodes=200,
+    budget_steps=4608,
+    eval_points=6,
+    eval_episodes=16,
+    warmstart_episodes=96,
     warmstart_epochs=3,
     hidden_size=64,
     num_layers=2,
     vocab_size=512,
-    num_threads=1,
     states_per_batch=4,
     branches=4,
     critic_samples=4,
-    endpoint_samples=1,
+    endpoint_samples=2,
     warmup_updates=2,
     warmup_games=2,
-    grpo_games=4,
-    learning_rate=5e-4,
+    grpo_games=2,
+    mc_rollouts=2,
+    learning_rate=1e-3,
+    max_tokens=32,
+    max_trajectory_tokens=6144,
 )
 
 QUICK = Scale(
@@ -133,479 +188,674 @@ QUICK = Scale(
     budget_steps=48,
     eval_points=1,
     eval_episodes=2,
-    warmstart_episodes=6,
+    warmstart_episodes=4,
     warmstart_epochs=1,
     hidden_size=32,
     num_layers=1,
     vocab_size=400,
-    num_threads=1,
     states_per_batch=2,
     branches=2,
     critic_samples=2,
     endpoint_samples=1,
     warmup_updates=1,
     warmup_games=1,
-    grpo_games=2,
-    learning_rate=5e-4,
+    grpo_games=1,
+    mc_rollouts=1,
+    learning_rate=1e-3,
+    max_tokens=32,
+    max_trajectory_tokens=2048,
 )
+
+#: Per-update metrics kept in each run record (besides env steps and tokens).
+_KEEP = (
+    "train/phase",
+    "train/optim_steps",
+    "train/actor_datums",
+    "actor/degenerate_group_rate",
+    "critic/abs_error_mean",
+    "critic/value_corr",
+    "critic/parse_failure_rate",
+    "critic/mc_env_steps",
+    "prefix/weight_mean",
+    "prefix/clipped_fraction",
+    "rollout/valid_tool_call_rate",
+    "cost/prefill_tokens",
+    "cost/sampled_tokens",
+    "cost/trained_tokens",
+    "sampling/prefill_tokens",  # the local backend's own count, after its prefix cache
+)
+
+TIME_PARTS = ("restore", "sampling", "env", "training", "prefix", "store", "reference")
 
 
 def make_config(
     env: EnvSetting, scale: Scale, seed: int, arm: str, run_dir: Path, tokenizer_dir: Path
-) -> TrainConfig:
+) -> Any:
     """The run config of one (env, seed, arm); all arms share env, model, sampling and optimiser settings."""
+    from tempo_rl.training.config import validate_config
+
     spec = ARMS[arm]
-    h = env.macro_rounds
+    critic = spec.get("critic", "generative")
+    generative = spec["algorithm"] == "tempo" and critic == "generative"
+    max_positions = 1 << max(11, (scale.max_trajectory_tokens - 1).bit_length())
     return validate_config(
         {
             "algorithm": spec["algorithm"],
-            "env": {"name": env.name, "kwargs": dict(env.kwargs), "train_seed_start": 10_000 * (seed + 1)},
+            "env": {
+                "name": env.name,
+                "kwargs": dict(env.kwargs),
+                "train_seed_start": 10_000 * (seed + 1),
+                "num_eval_seeds": max(scale.eval_episodes, 1),
+            },
             "backend": {
                 "kind": "local",
                 "tokenizer_path": str(tokenizer_dir),
                 "hidden_size": scale.hidden_size,
                 "num_layers": scale.num_layers,
                 "num_heads": 4 if scale.hidden_size >= 64 else 2,
-                "max_positions": 4096,
-                "num_threads": scale.num_threads,
+                "max_positions": max_positions,
+                "num_threads": 1,
                 "device": "cpu",
                 "seed": seed,
                 "state_dir": str(run_dir / "backend_states"),
             },
             "tempo": {
-                "macro_rounds": h,
+                "critic": critic,
+                "oracle_flip_prob": spec.get("oracle_flip_prob", 0.0),
+                "critic_rollouts": scale.mc_rollouts,
+                "macro_rounds": env.macro_rounds,
                 "max_rounds": env.max_rounds,
                 "branches": scale.branches,
                 "critic_samples": scale.critic_samples,
                 "endpoint_samples": scale.endpoint_samples,
                 "states_per_batch": scale.states_per_batch,
-                "warmup_updates": scale.warmup_updates,
+                "fresh_share": 0.5,
+                # the oracle and Monte Carlo critics are not trained: a critic warm-up has nothing to teach them
+                "warmup_updates": scale.warmup_updates if generative else 0,
                 "warmup_games_per_batch": scale.warmup_games,
-                "td_updates": 100_000,
+                "warmup_substeps": 4,
+                "warmup_states_per_episode": 2,
+                "td_updates": 1_000_000,  # stopped by the env-step budget
+                "error": "brier",
+                "td_critic_baseline": "none",
+                "td_critic_weight": 0.05,
                 "prefix_correction": spec.get("prefix_correction", "off"),
-                # the committed results were measured when branches at the episode limit T were bootstrapped
-                # with V_hat; pinned so `--from-results` and a rerun stay comparable (the library's default is
-                # now 0 at T; see docs/results.md)
-                "bootstrap_episode_limit": True,
             },
-            "grpo": {"updates": 100_000, "games_per_batch": scale.grpo_games, "group_size": scale.branches},
+            "grpo": {"updates": 1_000_000, "games_per_batch": scale.grpo_games, "group_size": scale.branches},
             "sampling": {
-                "max_tokens": 24,
-                "critic_max_tokens": 12,
-                "max_trajectory_tokens": 4000,
-                "critic_max_prompt_tokens": 3000,
-                "show_remaining_steps": True,
+                "max_tokens": scale.max_tokens,
+                "critic_max_tokens": 6,
+                "critic_answer_prefix": "<value>",
+                "critic_max_prompt_tokens": 768,
+                "max_trajectory_tokens": scale.max_trajectory_tokens,
+                "show_remaining_steps": False,  # both envs' observations show the steps left
+                "eval_temperature": 0.1,
             },
-            "optim": {"learning_rate": scale.learning_rate, "grad_clip_norm": 1.0},
+            "optim": {"learning_rate": scale.learning_rate, "eps": 1e-6, "grad_clip_norm": 1.0},
             "warmstart": {
                 "enabled": True,
                 "episodes": scale.warmstart_episodes,
                 "epochs": scale.warmstart_epochs,
-                "noise": 0.3,
-                "learning_rate": 1e-2,
-                "batch_size": 8,
+                "noise": 0.1,
+                "learning_rate": 3e-3,
+                "batch_size": 4,
+                "critic_format_share": 1.0,
+                "critic_format_levels": 2,
             },
+            "kl": {"coef": 0.1},
+            "store": {"capacity": 256, "max_age_versions": 8},
             "run": {
                 "run_dir": str(run_dir),
                 "seed": seed,
                 "console": False,
                 "save_trajectories": False,
+                "eval_every": 0,  # the benchmark evaluates at its own env-step marks
                 "eval_episodes": scale.eval_episodes,
             },
         }
     )
 
 
-@dataclass
-class ArmResult:
-    """What one arm of one (env, seed) measured."""
-
-    curve: list[tuple[int, float]] = field(default_factory=list)  # (training env steps, eval success)
-    updates: list[dict[str, float]] = field(default_factory=list)  # per update: steps + chosen metrics
-    time_s: dict[str, float] = field(default_factory=dict)
-    wall_s: float = 0.0
-    steps: int = 0
+# ------------------------------------------------------------------------------------------------ tasks
 
 
-_KEEP = (
-    "critic/abs_error_mean",
-    "critic/value_corr",
-    "actor/degenerate_group_rate",
-    "train/phase",
-    "train/optim_steps",
-    "train/actor_datums",
-    "prefix/weight_min",
-    "prefix/weight_mean",
-    "prefix/weight_max",
-    "prefix/weight_q10",
-    "prefix/weight_q50",
-    "prefix/weight_q90",
-    "prefix/clipped_fraction",
-    "prefix/stale_states",
-    "warmup/success_rate",
-    "grpo/success_rate",
-    "actor/terminal_won_rate",
-    "critic/parse_failure_rate",
-    "critic/endpoint_parse_failure_rate",
-    "rollout/valid_tool_call_rate",
-)
+def _cache_key(*parts: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _read_cached(path: Path, key: str) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None  # a torn write: redo it
+    return data if data.get("key") == key else None
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def build_env_tokenizer(env: EnvSetting, scale: Scale, work: Path) -> Path:
+    """The offline tokenizer of ``env`` (trained on its corpus), shared by every seed and arm."""
+    from tempo_rl.backends.local.tokenizer import build_tokenizer
+    from tempo_rl.training.run import env_corpus
+
+    tok_dir = work / f"{env.name}-{_cache_key(env.kwargs, scale.vocab_size)}-tokenizer"
+    if not tok_dir.is_dir():
+        probe = make_config(env, scale, 0, "oracle", work / "probe", tok_dir)
+        tmp = tok_dir.with_name(tok_dir.name + ".tmp")
+        build_tokenizer(env_corpus(probe), vocab_size=scale.vocab_size).save_pretrained(str(tmp))
+        os.replace(tmp, tok_dir)
+    return tok_dir
+
+
+def _close(trainer: Any) -> None:
+    pool = trainer.c.pool
+    if hasattr(pool, "close"):
+        pool.close()
+    trainer.c.store.close()
+    trainer.close()
+
+
+def warm_start_task(env: EnvSetting, scale: Scale, seed: int, work: Path, tok_dir: Path) -> dict[str, Any]:
+    """Behaviour-clone the model once per (env, seed) and evaluate it (the step-0 point of every arm's curve);
+    cached in ``work``. Returns ``{"state": backend state path, "seconds", "metrics"}``."""
+    from tempo_rl.training.run import build_trainer
+    from tempo_rl.training.warmstart import warm_start
+
+    # what the warm start depends on (a different budget or arm setting reuses it)
+    fields = (
+        "eval_episodes",
+        "warmstart_episodes",
+        "warmstart_epochs",
+        "hidden_size",
+        "num_layers",
+        "vocab_size",
+        "max_trajectory_tokens",  # sets the model's max_positions
+    )
+    key = _cache_key("warmstart-generative", env.kwargs, {k: getattr(scale, k) for k in fields}, seed)
+    ws_dir = work / f"{env.name}-seed{seed}-warmstart-{key}"
+    # built as the generative arm: its critic renders the warm start's critic answer-format examples (an oracle
+    # critic has no prompt, and the generative arm's critic would never learn to answer); every arm starts here
+    cfg = make_config(env, scale, seed, "generative", ws_dir, tok_dir)
+    record = ws_dir / "warmstart.json"
+    cached = _read_cached(record, key)
+    if cached is not None and Path(cached["state"]).exists():
+        return cached
+    ws_dir.mkdir(parents=True, exist_ok=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    # demos from seeds disjoint from the RL and evaluation games
+    cfg = cfg.model_copy(
+        update={"env": cfg.env.model_copy(update={"train_seed_start": 500_000 + 10_000 * seed})}
+    )
+    trainer = build_trainer(cfg, ws_dir)
+    try:
+        metrics = warm_start(trainer)
+        state = trainer.c.training_client.save_state("warmstart")
+        metrics.update(trainer.run_async(trainer.evaluate(scale.eval_episodes, updates_done=0)))
+    finally:
+        _close(trainer)
+    out = {
+        "key": key,
+        "state": str(state),
+        "seconds": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
+        "metrics": {k: _finite(v) for k, v in metrics.items()},
+    }
+    _write_json(record, out)
+    return out
 
 
 def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and math.isfinite(float(x)) else None
 
 
-def build_env_tokenizer(env: EnvSetting, scale: Scale, work: Path) -> Path:
-    """The offline tokenizer of ``env`` (trained on its corpus), shared by every seed and arm."""
-    from tempo_rl.backends.local.tokenizer import build_tokenizer
-
-    tok_dir = work / f"{env.name}-tokenizer"
-    if not tok_dir.is_dir():
-        probe = make_config(env, scale, 0, "tempo", work / "probe", tok_dir)
-        build_tokenizer(env_corpus(probe), vocab_size=scale.vocab_size).save_pretrained(str(tok_dir))
-    return tok_dir
-
-
-def warm_start_once(
-    env: EnvSetting, scale: Scale, seed: int, work: Path, tok_dir: Path
-) -> tuple[Path, float, dict[str, float]]:
-    """Behaviour-clone the model once per (env, seed) and evaluate it (the step-0 point of every arm's curve).
-
-    Returns (backend state path, seconds, warm-start and evaluation metrics).
-    """
-    from tempo_rl.training.warmstart import warm_start
-
-    t0 = time.perf_counter()
-    ws_dir = work / f"{env.name}-seed{seed}-warmstart"
-    cfg = make_config(env, scale, seed, "tempo", ws_dir, tok_dir)
-    # demos from seeds disjoint from the RL and evaluation games
-    env_cfg = cfg.env.model_copy(update={"train_seed_start": 500_000 + 10_000 * seed})
-    cfg = cfg.model_copy(update={"env": env_cfg})
-    trainer = build_trainer(cfg, ws_dir)
-    try:
-        metrics = warm_start(trainer)
-        path = trainer.c.training_client.save_state("warmstart")
-        ws_s = time.perf_counter() - t0
-        metrics.update(asyncio.run(trainer.evaluate(scale.eval_episodes)))
-    finally:
-        _close(trainer)
-    return Path(path), ws_s, metrics
-
-
-def _close(trainer: MacroStepTrainer) -> None:
-    pool = trainer.c.pool
-    if hasattr(pool, "close"):
-        pool.close()
-    trainer.c.store.close()
-
-
-def run_arm(
+def arm_task(
     env: EnvSetting,
     scale: Scale,
     seed: int,
     arm: str,
     work: Path,
     tok_dir: Path,
-    ws_state: Path,
-    start_success: float,
-    *,
+    warm: Mapping[str, Any],
     verbose: bool = False,
-) -> ArmResult:
-    """Train one arm from the shared warm start until the env-step budget is spent, evaluating on the way."""
-    run_dir = work / f"{env.name}-seed{seed}-{arm}"
+) -> dict[str, Any]:
+    """Train one arm from the shared warm start until ``cost/env_steps`` reaches the budget, evaluating at
+    ``scale.eval_points`` evenly spaced env-step marks; cached in ``work``.
+
+    Returns the run record: ``curve`` = ``[(env steps, tokens processed, eval success)]`` starting with the
+    warm start's ``(0, 0, success)``, ``updates`` (per update: env steps, tokens and ``_KEEP`` metrics), the
+    wall-time split and the final ``cost/*``.
+    """
+    from tempo_rl.training.run import build_trainer
+
+    key = _cache_key(
+        "arm",
+        env.kwargs,
+        env.max_rounds,
+        env.macro_rounds,
+        asdict(scale) | {"seeds": None, "envs": None},
+        seed,
+        ARMS[arm],
+    )
+    run_dir = work / f"{env.name}-seed{seed}-{arm}-{key}"
+    record = work / f"{env.name}-seed{seed}-{arm}-{key}.json"
+    cached = _read_cached(record, key)
+    if cached is not None:
+        return cached
+    if run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)  # an interrupted attempt: start the arm over
+    run_dir.mkdir(parents=True)
     cfg = make_config(env, scale, seed, arm, run_dir, tok_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    out = ArmResult()
     last: dict[str, float] = {}
 
     def log(_step: int, metrics: Mapping[str, float]) -> None:
         last.clear()
         last.update(metrics)
 
-    t_start = time.perf_counter()
-    trainer = build_trainer(cfg, run_dir, log=log, backend_state=str(ws_state))
+    t_start, c_start = time.perf_counter(), time.process_time()
+    trainer = build_trainer(cfg, run_dir, log=log, backend_state=str(warm["state"]))
     trainer.state.policy_version = 1  # the warm start was one policy version
-    marks = [round(scale.budget_steps * (k + 1) / scale.eval_points) for k in range(scale.eval_points)]
+    budget = scale.budget_steps
+    marks = [round(budget * (k + 1) / scale.eval_points) for k in range(scale.eval_points)]
+    curve: list[tuple[int, int, float]] = [(0, 0, float(warm["metrics"]["eval/success_rate"]))]
+    updates: list[dict[str, float]] = []
+    time_s: dict[str, float] = {}
     eval_s = 0.0
-
-    def evaluate() -> None:
-        nonlocal eval_s
-        t0 = time.perf_counter()
-        res = asyncio.run(trainer.evaluate(scale.eval_episodes))
-        eval_s += time.perf_counter() - t0
-        out.curve.append((out.steps, float(res["eval/success_rate"])))
-
-    out.curve.append((0, start_success))  # the shared warm start, evaluated once for every arm
+    steps = tokens = 0
     try:
-        while out.steps < scale.budget_steps:
+        while steps < budget:
+            before = steps
             trainer.train(max_updates=1)
-            turns = int(last.get("rollout/turns", 0))
-            if turns <= 0:
+            steps, tokens = int(last["cost/env_steps"]), int(last["cost/tokens"])
+            if steps <= before:
                 raise RuntimeError(
                     f"{env.name} seed {seed} {arm}: an update played no env step; see {run_dir}"
                 )
-            out.steps += turns
-            rec = {"steps": float(out.steps)}
+            rec = {"env_steps": float(steps), "tokens": float(tokens)}
             rec.update({k: v for k in _KEEP if (v := _finite(last.get(k))) is not None})
-            out.updates.append(rec)
+            updates.append(rec)
             for part in TIME_PARTS:
-                out.time_s[part] = out.time_s.get(part, 0.0) + float(last.get(f"time/{part}_s", 0.0) or 0.0)
+                time_s[part] = time_s.get(part, 0.0) + float(last.get(f"time/{part}_s", 0.0) or 0.0)
             if verbose:
+                shown = " ".join(f"{k}={v:.3g}" for k, v in rec.items())
                 print(
-                    f"[mechanism]   {env.name} seed {seed} {arm} update {len(out.updates)}: "
-                    f"steps {out.steps} "
-                    + " ".join(f"{k}={v:.3g}" for k, v in rec.items() if k != "steps" and "prefix" not in k),
+                    f"[mechanism]   {env.name} seed {seed} {arm} update {len(updates)}: {shown}",
                     file=sys.stderr,
-                    flush=True,
                 )
-            if marks and out.steps >= marks[0]:
-                while marks and out.steps >= marks[0]:
+            if marks and steps >= marks[0]:
+                while marks and steps >= marks[0]:
                     marks.pop(0)
-                evaluate()
+                t0 = time.perf_counter()
+                res = trainer.run_async(trainer.evaluate(scale.eval_episodes, updates_done=len(curve)))
+                eval_s += time.perf_counter() - t0
+                curve.append((steps, tokens, float(res["eval/success_rate"])))
     finally:
         _close(trainer)
-    out.time_s["eval"] = eval_s
-    out.wall_s = time.perf_counter() - t_start
-    out.time_s["other"] = max(0.0, out.wall_s - sum(out.time_s.values()))  # setup, datums, bookkeeping
+    wall = time.perf_counter() - t_start
+    time_s["eval"] = eval_s
+    time_s["other"] = max(0.0, wall - sum(time_s.values()))
+    out = {
+        "key": key,
+        "env": env.name,
+        "seed": seed,
+        "arm": arm,
+        "curve": curve,
+        "updates": updates,
+        "time_s": time_s,
+        "wall_s": wall,
+        "cpu_s": time.process_time() - c_start,
+        "steps": steps,
+        "tokens": tokens,
+        "cost": {k: v for k, v in last.items() if k.startswith(("cost/", "critic/mc_"))},
+    }
+    _write_json(record, out)
+    print(
+        f"[mechanism] {env.name} seed {seed} {arm}: {steps} env steps, {tokens} tokens, {len(updates)} updates, "
+        f"success {curve[0][2]:.2f} -> {curve[-1][2]:.2f}, {wall:.0f}s",
+        file=sys.stderr,
+        flush=True,
+    )
     return out
-
-
-def run_seed(
-    env: EnvSetting, scale: Scale, seed: int, work: Path, tok_dir: Path, verbose: bool = False
-) -> tuple[dict[str, Any], float, dict[str, float]]:
-    """Warm start once, then every arm from it: ``({arm: run record}, warm-start seconds, ws metrics)``."""
-    ws_state, ws_s, ws_metrics = warm_start_once(env, scale, seed, work, tok_dir)
-    start = float(ws_metrics["eval/success_rate"])
-    per_arm: dict[str, Any] = {}
-    for arm in ARMS:
-        r = run_arm(env, scale, seed, arm, work, tok_dir, ws_state, start, verbose=verbose)
-        per_arm[arm] = {
-            "curve": r.curve,
-            "updates": r.updates,
-            "time_s": r.time_s,
-            "wall_s": r.wall_s,
-            "steps": r.steps,
-        }
-        print(
-            f"[mechanism] {env.name} seed {seed} {arm}: steps {r.steps}, updates {len(r.updates)}, "
-            f"success {r.curve[0][1]:.2f} -> {r.curve[-1][1]:.2f}, {r.wall_s:.0f}s",
-            file=sys.stderr,
-            flush=True,
-        )
-    return per_arm, ws_s, ws_metrics
 
 
 # ------------------------------------------------------------------------------------------------ summary
 
 
-def _interp_curve(curve: Sequence[tuple[int, float]], grid: np.ndarray) -> np.ndarray:
-    xs = np.array([c[0] for c in curve], dtype=float)
-    ys = np.array([c[1] for c in curve], dtype=float)
+def interp_success(curve: Sequence[Sequence[float]], grid: np.ndarray, *, x: int = 0) -> np.ndarray:
+    """Eval success interpolated (linearly, held flat past the last point) at ``grid``; ``x`` = 0 for env
+    steps, 1 for tokens processed."""
+    xs = np.array([c[x] for c in curve], dtype=float)
+    ys = np.array([c[2] for c in curve], dtype=float)
     return np.interp(grid, xs, ys)
 
 
-def _auc(curve: Sequence[tuple[int, float]], budget: int) -> float:
-    grid = np.linspace(0, budget, 41)
-    return float(np.mean(_interp_curve(curve, grid)))
+def success_auc(curve: Sequence[Sequence[float]], budget: int, points: int = 41) -> float:
+    """Mean eval success over ``points`` evenly spaced env-step points from 0 to ``budget`` (in [0, 1])."""
+    return float(np.mean(interp_success(curve, np.linspace(0, budget, points))))
 
 
-def _mean(xs: Sequence[float]) -> float | None:
-    vals = [x for x in xs if x is not None and math.isfinite(x)]
-    return float(np.mean(vals)) if vals else None
+def tokens_to_reach(curve: Sequence[Sequence[float]], target: float) -> float | None:
+    """Tokens processed at the first evaluation whose success is >= ``target`` (None when none is)."""
+    for _steps, tokens, success in curve:
+        if success >= target - 1e-12:
+            return float(tokens)
+    return None
 
 
-def _phase_values(updates: Sequence[Mapping[str, float]], key: str, phase: float | None) -> list[float]:
-    return [u[key] for u in updates if key in u and (phase is None or u.get("train/phase") == phase)]
+def mean_se(xs: Sequence[float | None]) -> tuple[float | None, float | None, int]:
+    """``(mean, standard error sd/sqrt(n), n)`` over the finite values; SE is None for n < 2."""
+    vals = np.array([x for x in xs if x is not None and math.isfinite(x)], dtype=float)
+    if vals.size == 0:
+        return None, None, 0
+    se = float(vals.std(ddof=1) / math.sqrt(vals.size)) if vals.size > 1 else None
+    return float(vals.mean()), se, int(vals.size)
 
 
-def summarize(results: Mapping[str, Any], scale: Scale) -> dict[str, Any]:
-    """Headline figures per env and arm (means over seeds)."""
+def summarize(
+    runs: Mapping[str, Mapping[str, Mapping[int, Mapping[str, Any]]]], scale: Scale
+) -> dict[str, Any]:
+    """Per env: each arm's seed-level figures (mean, SE), the paired oracle - GRPO AUC difference and the
+    tokens each arm needs to reach GRPO's final success (per seed, then mean over the seeds that reach it)."""
     out: dict[str, Any] = {}
-    for env_name, per_seed in results["runs"].items():
-        env_sum: dict[str, Any] = {}
-        for arm in ARMS:
-            runs = [per_seed[s][arm] for s in per_seed]
-            finals = [r["curve"][-1][1] for r in runs]
-            starts = [r["curve"][0][1] for r in runs]
-            aucs = [_auc(r["curve"], scale.budget_steps) for r in runs]
-            degenerate = [
-                _mean(_phase_values(r["updates"], "actor/degenerate_group_rate", None)) for r in runs
+    budget = scale.budget_steps
+    for env_name, per_arm in runs.items():
+        env_sum: dict[str, Any] = {"arms": {}}
+        grpo = per_arm.get("grpo", {})
+        grpo_final = {s: float(interp_success(r["curve"], np.array([budget]))[0]) for s, r in grpo.items()}
+        for arm, per_seed in per_arm.items():
+            seeds = sorted(per_seed)
+            finals = [float(interp_success(per_seed[s]["curve"], np.array([budget]))[0]) for s in seeds]
+            aucs = [success_auc(per_seed[s]["curve"], budget) for s in seeds]
+            reach = [
+                tokens_to_reach(per_seed[s]["curve"], grpo_final[s]) if s in grpo_final else None
+                for s in seeds
             ]
-            crit_err = [_phase_values(r["updates"], "critic/abs_error_mean", None) for r in runs]
-            corr = [_phase_values(r["updates"], "critic/value_corr", None) for r in runs]
-            env_sum[arm] = {
-                "success_start": _mean(starts),
-                "success_final": _mean(finals),
+            arm_sum: dict[str, Any] = {
+                "seeds": seeds,
+                "success_start": mean_se([per_seed[s]["curve"][0][2] for s in seeds])[0],
+                "success_final": mean_se(finals)[:2],
                 "success_final_per_seed": finals,
-                "success_auc": _mean(aucs),
-                "success_at_budget": _mean(
-                    [float(_interp_curve(r["curve"], np.array([scale.budget_steps]))[0]) for r in runs]
-                ),
-                "degenerate_group_rate": _mean([d for d in degenerate if d is not None]),
-                "critic_abs_error_first": _mean([c[0] for c in crit_err if c]),
-                "critic_abs_error_last": _mean([float(np.mean(c[-3:])) for c in crit_err if c]),
-                "critic_value_corr_mean": _mean([float(np.mean(c)) for c in corr if c]),
-                "optim_steps": _mean(
-                    [sum(u.get("train/optim_steps", 0.0) for u in r["updates"]) for r in runs]
-                ),
-                "updates": _mean([len(r["updates"]) for r in runs]),
-                "steps": _mean([r["steps"] for r in runs]),
-                "wall_s": _mean([r["wall_s"] for r in runs]),
+                "success_auc": mean_se(aucs)[:2],
+                "success_auc_per_seed": aucs,
+                "tokens_to_grpo_final_per_seed": reach,
+                "tokens_to_grpo_final": mean_se(reach)[0],
+                "seeds_reaching_grpo_final": sum(1 for r in reach if r is not None),
+                "tokens_at_budget": mean_se([per_seed[s]["tokens"] for s in seeds])[0],
+                "updates": mean_se([len(per_seed[s]["updates"]) for s in seeds])[0],
+                "wall_s": mean_se([per_seed[s]["wall_s"] for s in seeds])[0],
                 "time_split_s": {
-                    k: _mean([r["time_s"].get(k, 0.0) for r in runs]) for k in (*TIME_PARTS, "eval", "other")
+                    k: mean_se([per_seed[s]["time_s"].get(k, 0.0) for s in seeds])[0]
+                    for k in (*TIME_PARTS, "eval", "other")
                 },
+                "degenerate_group_rate": mean_se(
+                    [_mean_of(per_seed[s]["updates"], "actor/degenerate_group_rate") for s in seeds]
+                )[0],
             }
-            if arm == "tempo_pc":
-                env_sum[arm]["prefix_weight_mean"] = _mean(
-                    [v for r in runs for v in _phase_values(r["updates"], "prefix/weight_mean", 1.0)]
-                )
-                env_sum[arm]["prefix_weight_min"] = min(
-                    (v for r in runs for v in _phase_values(r["updates"], "prefix/weight_min", 1.0)),
+            if ARMS[arm].get("critic") == "generative":
+                warm = [[u for u in per_seed[s]["updates"] if u.get("train/phase") == 0.0] for s in seeds]
+                arm_sum["warmup_value_corr_last_per_seed"] = [_last(w, "critic/value_corr") for w in warm]
+                arm_sum["warmup_abs_error_first_last"] = [
+                    mean_se([_first(w, "critic/abs_error_mean") for w in warm])[0],
+                    mean_se([_last(w, "critic/abs_error_mean") for w in warm])[0],
+                ]
+                arm_sum["parse_failure_rate_max"] = max(
+                    (u.get("critic/parse_failure_rate", 0.0) for s in seeds for u in per_seed[s]["updates"]),
                     default=None,
                 )
-                env_sum[arm]["prefix_clipped_fraction"] = _mean(
-                    [v for r in runs for v in _phase_values(r["updates"], "prefix/clipped_fraction", 1.0)]
-                )
+            env_sum["arms"][arm] = arm_sum
+        if "oracle" in per_arm and grpo:
+            common = sorted(set(per_arm["oracle"]) & set(grpo))
+            diffs = [
+                success_auc(per_arm["oracle"][s]["curve"], budget) - success_auc(grpo[s]["curve"], budget)
+                for s in common
+            ]
+            m, se, n = mean_se(diffs)
+            env_sum["auc_oracle_minus_grpo"] = {
+                "per_seed": diffs,
+                "mean": m,
+                "se": se,
+                "seeds_positive": sum(1 for d in diffs if d > 0),
+                "n": n,
+                "above_2se": bool(m is not None and se is not None and m > 2 * se),
+            }
         out[env_name] = env_sum
     return out
 
 
-def headline(summary: Mapping[str, Any], scale: Scale, wall_s: float) -> dict[str, Any]:
-    """The one JSON line: per env, final success and AUC per arm, and the side-by-side ratios."""
+def _mean_of(updates: Sequence[Mapping[str, float]], key: str) -> float | None:
+    vals = [u[key] for u in updates if key in u]
+    return float(np.mean(vals)) if vals else None
+
+
+def _first(updates: Sequence[Mapping[str, float]], key: str) -> float | None:
+    return next((u[key] for u in updates if key in u), None)
+
+
+def _last(updates: Sequence[Mapping[str, float]], key: str) -> float | None:
+    return next((u[key] for u in reversed(updates) if key in u), None)
+
+
+def _round(x: Any, digits: int = 4) -> Any:
+    if isinstance(x, list | tuple):
+        return [_round(v, digits) for v in x]
+    return None if x is None or not math.isfinite(float(x)) else round(float(x), digits)
+
+
+def json_safe(x: Any) -> Any:
+    """``x`` with every non-finite float replaced by None (strict JSON: ``null``, never ``NaN``)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, Mapping):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_safe(v) for v in x]
+    return x
+
+
+def estimate(
+    plan: Sequence[tuple[str, int, str]],
+    runs: Mapping[str, Any],
+    warm: Mapping[str, Mapping[str, Any]],
+    jobs: int,
+) -> dict[str, Any]:
+    """The whole plan's time at ``jobs`` processes, extrapolated from the measured arm-seeds and warm starts.
+
+    Each planned (env, seed, arm) takes the mean over the measured seeds of its (env, arm) (an (env, arm) not
+    measured yet: the mean of its env's measured arms), each planned (env, seed) warm start the mean of its
+    env's measured ones. Two figures: from CPU seconds (``time.process_time``; each process trains with one
+    torch thread, so this is its time on a core of its own: the wall time on an otherwise idle machine with
+    ``jobs`` cores) and from wall seconds (as measured, under whatever else ran). Per env (``per_env``) and in
+    total over the envs with a measurement; ``unmeasured_envs`` lists the others (not in the total).
+    """
+    envs = sorted({e for e, _, _ in plan})
+    out: dict[str, Any] = {"jobs": jobs, "tasks": len(plan), "measured_tasks": 0, "per_env": {}}
+    out["measured_tasks"] = sum(len(ps) for pa in runs.values() for ps in pa.values())
+    out["unmeasured_envs"] = [e for e in envs if not runs.get(e)]
+    for unit, ws_unit in (("cpu_s", "cpu_s"), ("wall_s", "seconds")):
+        total = 0.0
+        for env_name in envs:
+            per_arm = runs.get(env_name) or {}
+            if not per_arm:
+                continue
+            means = {
+                a: float(np.mean([r.get(unit, r["wall_s"]) for r in ps.values()]))
+                for a, ps in per_arm.items()
+            }
+            fallback = float(np.mean(list(means.values())))
+            seconds = sum(means.get(a, fallback) for e, _s, a in plan if e == env_name)
+            ws = [float(w.get(ws_unit, w["seconds"])) for k, w in warm.items() if k.split("/")[0] == env_name]
+            seconds += len({s for e, s, _ in plan if e == env_name}) * (float(np.mean(ws)) if ws else 0.0)
+            out["per_env"].setdefault(env_name, {})[f"task_{unit}"] = _round(seconds, 1)
+            total += seconds
+        out[f"task_{unit}"] = _round(total, 1)
+        out[f"wall_s_at_jobs_from_{unit.split('_')[0]}"] = _round(total / max(1, jobs), 1)
+    return out
+
+
+def headline(
+    summary: Mapping[str, Any], scale: Scale, wall_s: float, est: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The one JSON line."""
     line: dict[str, Any] = {
         "benchmark": "mechanism",
         "seeds": len(scale.seeds),
         "budget_env_steps": scale.budget_steps,
         "wall_s": round(wall_s, 1),
+        "estimate_full_plan": est,
     }
     for env_name, env_sum in summary.items():
-        for arm, s in env_sum.items():
-            line[f"{env_name}/{arm}/success_final"] = _round(s["success_final"])
+        for arm, s in env_sum["arms"].items():
+            line[f"{env_name}/{arm}/success_final"] = _round(s["success_final"])  # [mean, se]
             line[f"{env_name}/{arm}/success_auc"] = _round(s["success_auc"])
-            line[f"{env_name}/{arm}/success_at_budget"] = _round(s["success_at_budget"])
-            line[f"{env_name}/{arm}/degenerate_group_rate"] = _round(s["degenerate_group_rate"])
-            line[f"{env_name}/{arm}/wall_s"] = _round(s["wall_s"])
-        g, t, p = env_sum["grpo"], env_sum["tempo"], env_sum["tempo_pc"]
-        line[f"{env_name}/auc_tempo_minus_grpo"] = _round(_diff(t["success_auc"], g["success_auc"]))
-        line[f"{env_name}/auc_tempo_pc_minus_tempo"] = _round(_diff(p["success_auc"], t["success_auc"]))
-        line[f"{env_name}/wall_ratio_tempo_over_grpo"] = _round(_ratio(t["wall_s"], g["wall_s"]))
-        line[f"{env_name}/critic_abs_error_first_to_last"] = [
-            _round(t["critic_abs_error_first"]),
-            _round(t["critic_abs_error_last"]),
-        ]
+            line[f"{env_name}/{arm}/tokens_to_grpo_final"] = _round(s["tokens_to_grpo_final"], 0)
+            line[f"{env_name}/{arm}/seeds_reaching_grpo_final"] = s["seeds_reaching_grpo_final"]
+            line[f"{env_name}/{arm}/tokens_at_budget"] = _round(s["tokens_at_budget"], 0)
+            line[f"{env_name}/{arm}/wall_s"] = _round(s["wall_s"], 1)
+            if "warmup_value_corr_last_per_seed" in s:
+                line[f"{env_name}/{arm}/warmup_value_corr_last"] = _round(
+                    s["warmup_value_corr_last_per_seed"]
+                )
+        d = env_sum.get("auc_oracle_minus_grpo")
+        if d:
+            line[f"{env_name}/auc_oracle_minus_grpo"] = {
+                "mean": _round(d["mean"]),
+                "se": _round(d["se"]),
+                "seeds_positive": d["seeds_positive"],
+                "n": d["n"],
+                "above_2se": d["above_2se"],
+            }
     return line
-
-
-def _round(x: float | None, digits: int = 4) -> float | None:
-    return None if x is None else round(float(x), digits)
-
-
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None or b == 0 else a / b
 
 
 # ------------------------------------------------------------------------------------------------ plot
 
-_COLOURS = {"grpo": "tab:gray", "tempo": "tab:blue", "tempo_pc": "tab:orange"}
+_COLOURS = {
+    "grpo": "tab:gray",
+    "oracle": "tab:blue",
+    "oracle_pc": "tab:cyan",
+    "oracle_flip10": "tab:purple",
+    "oracle_flip30": "tab:pink",
+    "mc": "tab:green",
+    "generative": "tab:orange",
+}
 
 
-def plot(results: Mapping[str, Any], summary: Mapping[str, Any], scale: Scale, path: Path) -> None:
-    """Learning curves, degenerate-group rate, critic error/correlation and the wall-time split per env."""
+def plot(runs: Mapping[str, Any], summary: Mapping[str, Any], scale: Scale, path: Path) -> None:
+    """Per env: success vs env steps and vs tokens processed (seed mean +- SE), and success AUC per arm."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    envs = list(results["runs"])
-    fig, axes = plt.subplots(len(envs), 5, figsize=(22, 4.2 * len(envs)), squeeze=False)
-    grid = np.linspace(0, scale.budget_steps, 41)
+    envs = list(runs)
+    fig, axes = plt.subplots(len(envs), 3, figsize=(18, 4.5 * len(envs)), squeeze=False)
+    steps_grid = np.linspace(0, scale.budget_steps, 41)
     for row, env_name in enumerate(envs):
-        per_seed = results["runs"][env_name]
-        ax_s, ax_d, ax_e, ax_c, ax_t = axes[row]
-        for arm in ARMS:
-            runs = [per_seed[s][arm] for s in per_seed]
-            ys = np.array([_interp_curve(r["curve"], grid) for r in runs])
-            m = ys.mean(axis=0)
-            ax_s.plot(grid, m, color=_COLOURS[arm], label=arm)
-            if len(runs) > 1:
-                ax_s.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=_COLOURS[arm], alpha=0.15)
-            for key, ax in (
-                ("actor/degenerate_group_rate", ax_d),
-                ("critic/abs_error_mean", ax_e),
-                ("critic/value_corr", ax_c),
-            ):
-                for k, r in enumerate(runs):
-                    pts = [(u["steps"], u[key]) for u in r["updates"] if key in u]
-                    if pts:
-                        xs, vs = zip(*pts)
-                        ax.plot(xs, vs, color=_COLOURS[arm], alpha=0.6, lw=1, label=arm if k == 0 else None)
-        ax_s.set_title(f"{env_name}: greedy eval success (mean, min-max over seeds)")
-        ax_d.set_title(f"{env_name}: actor degenerate-group rate")
-        ax_e.set_title(f"{env_name}: critic |V - G| (TEMPO arms)")
-        ax_c.set_title(f"{env_name}: critic value correlation")
-        for ax in (ax_s, ax_d, ax_e, ax_c):
-            ax.set_xlabel("training env steps")
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=8)
-            else:
-                ax.text(0.5, 0.5, "no data (GRPO has no critic)", ha="center", transform=ax.transAxes)
-        parts = (*TIME_PARTS, "eval", "other")
-        bottom = np.zeros(len(ARMS))
-        for part in parts:
-            vals = np.array([summary[env_name][arm]["time_split_s"][part] or 0.0 for arm in ARMS])
-            ax_t.bar(list(ARMS), vals, bottom=bottom, label=part)
-            bottom += vals
-        ax_t.set_title(f"{env_name}: wall-time split per run (s)")
-        ax_t.legend(fontsize=8)
+        ax_s, ax_t, ax_a = axes[row]
+        for arm, per_seed in runs[env_name].items():
+            curves = [r["curve"] for r in per_seed.values()]
+            c = _COLOURS.get(arm, "black")
+            ys = np.array([interp_success(cv, steps_grid) for cv in curves])
+            _band(ax_s, steps_grid, ys, c, arm)
+            top = min(cv[-1][1] for cv in curves)
+            if top > 0:
+                tok_grid = np.linspace(0, top, 41)
+                yt = np.array([interp_success(cv, tok_grid, x=1) for cv in curves])
+                _band(ax_t, tok_grid, yt, c, arm)
+        ax_s.set_title(f"{env_name}: eval success vs env steps (mean +- SE over seeds)")
+        ax_s.set_xlabel("training env steps (cost/env_steps)")
+        ax_t.set_title(f"{env_name}: eval success vs tokens processed")
+        ax_t.set_xlabel("tokens processed (cost/tokens = prefill + sampled + trained)")
+        for ax in (ax_s, ax_t):
+            ax.set_ylabel("success")
+            ax.set_ylim(-0.02, 1.02)
+            ax.legend(fontsize=8)
+        arms = list(summary[env_name]["arms"])
+        means = [summary[env_name]["arms"][a]["success_auc"][0] or 0.0 for a in arms]
+        ses = [summary[env_name]["arms"][a]["success_auc"][1] or 0.0 for a in arms]
+        ax_a.bar(arms, means, yerr=ses, color=[_COLOURS.get(a, "black") for a in arms], capsize=4)
+        ax_a.set_title(f"{env_name}: success AUC over the env-step budget (mean +- SE)")
+        ax_a.tick_params(axis="x", rotation=30)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
+def _band(ax: Any, x: np.ndarray, ys: np.ndarray, colour: str, label: str) -> None:
+    m = ys.mean(axis=0)
+    ax.plot(x, m, color=colour, label=label)
+    if len(ys) > 1:
+        se = ys.std(axis=0, ddof=1) / math.sqrt(len(ys))
+        ax.fill_between(x, m - se, m + se, color=colour, alpha=0.15)
+
+
 # ------------------------------------------------------------------------------------------------ main
 
 
-def rebuild(results_path: Path, out_dir: Path) -> int:
-    """Summary, JSON line and plot again from a saved ``results.json`` (the measured runs are not changed)."""
-    results = json.loads(results_path.read_text())
-    scale = Scale(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in results["scale"].items()})
-    summary = summarize(results, scale)
-    results["summary"] = summary
-    line = headline(summary, scale, float(results.get("wall_s", math.nan)))
-    results["headline"] = line
+def _scale_from(data: Mapping[str, Any]) -> Scale:
+    return Scale(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
+
+
+def finish(
+    results: dict[str, Any], scale: Scale, out_dir: Path, wall_s: float, est: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Summary, JSON line, results.json and the PNG."""
+    runs = {
+        e: {a: {int(s): r for s, r in ps.items()} for a, ps in pa.items()}
+        for e, pa in results["runs"].items()
+    }
+    summary = summarize(runs, scale)
+    line = headline(summary, scale, wall_s, est)
+    results.update(summary=summary, headline=line, wall_s=wall_s)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
-    plot(results, summary, scale, out_dir / "mechanism.png")
-    print(json.dumps(line))
-    return 0
+    (out_dir / "results.json").write_text(json.dumps(json_safe(results), indent=1, allow_nan=False))
+    plot(runs, summary, scale, out_dir / "mechanism.png")
+    return line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="CI smoke run (< 60 s): one seed, keydoor, tiny budget"
-    )
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="CI smoke run: one seed, short keydoor, tiny budget")
     ap.add_argument("--out", default="benchmarks/results/mechanism", help="results folder (JSON + PNG)")
+    ap.add_argument(
+        "--work", default="runs/mechanism-work", help="cache of warm starts and arm runs (git-ignored runs/)"
+    )
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="override the seeds")
     ap.add_argument("--envs", nargs="*", default=None, choices=sorted(ENVS), help="override the envs")
+    ap.add_argument("--arms", nargs="*", default=None, choices=list(ARMS), help="only these arms")
     ap.add_argument("--budget-steps", type=int, default=None, help="override the env-step budget per arm")
-    ap.add_argument("--verbose", action="store_true", help="print every update's metrics to stderr")
-    ap.add_argument("--jobs", type=int, default=1, help="(env, seed) tasks run in parallel processes")
-    ap.add_argument("--work", default=None, help="scratch folder for run dirs (default: a temp dir)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes (warm starts, then arm runs)")
+    ap.add_argument("--verbose", action="store_true", help="print every update's figures to stderr")
     ap.add_argument(
-        "--from-results",
-        default=None,
-        help="recompute the summary, the JSON line and the PNG from an existing results.json (no training)",
+        "--from-results", default=None, help="recompute summary, JSON line and PNG from a results.json"
     )
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.from_results:
-        return rebuild(Path(args.from_results), Path(args.out))
+        results = json.loads(Path(args.from_results).read_text())
+        scale = _scale_from(results["scale"])
+        line = finish(
+            results,
+            scale,
+            Path(args.out),
+            float(results.get("wall_s", math.nan)),
+            results["headline"]["estimate_full_plan"],
+        )
+        print(json.dumps(json_safe(line), allow_nan=False))
+        return 0
 
     scale = QUICK if args.quick else FULL
+    table = QUICK_ENVS if args.quick else ENVS
     updates: dict[str, Any] = {}
     if args.seeds:
         updates["seeds"] = tuple(args.seeds)
@@ -613,62 +863,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         updates["envs"] = tuple(args.envs)
     if args.budget_steps:
         updates["budget_steps"] = args.budget_steps
-    if updates:
-        from dataclasses import replace
-
-        scale = replace(scale, **updates)
+    scale = replace(scale, **updates)
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="tempo-mechanism-"))
+    work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    plan = [
+        (e, s, a)
+        for e in scale.envs
+        for s in scale.seeds
+        for a in table[e].arms
+        if args.arms is None or a in args.arms
+    ]
 
     t0 = time.perf_counter()
-    table = QUICK_ENVS if args.quick else ENVS
+    tok = {e: build_env_tokenizer(table[e], scale, work) for e in scale.envs}
+    ws_tasks = sorted({(e, s) for e, s, _ in plan})
+    ws_args = [(table[e], scale, s, work, tok[e]) for e, s in ws_tasks]
+    pool: Any = None
+    if args.jobs > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"))
+    try:
+        if pool is not None:
+            warm_list = list(pool.map(warm_start_task, *zip(*ws_args)))
+        else:
+            warm_list = [warm_start_task(*a) for a in ws_args]
+        warm = dict(zip(ws_tasks, warm_list))
+        arm_args = [(table[e], scale, s, a, work, tok[e], warm[(e, s)], args.verbose) for e, s, a in plan]
+        if pool is not None:
+            done = list(pool.map(arm_task, *zip(*arm_args)))
+        else:
+            done = [arm_task(*a) for a in arm_args]
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    runs: dict[str, Any] = {}
+    for (e, s, a), r in zip(plan, done):
+        runs.setdefault(e, {}).setdefault(a, {})[str(s)] = r
     results: dict[str, Any] = {
-        "scale": {k: (list(v) if isinstance(v, tuple) else v) for k, v in scale.__dict__.items()},
+        "scale": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(scale).items()},
         "envs": {
             e: {"kwargs": dict(table[e].kwargs), "T": table[e].max_rounds, "H": table[e].macro_rounds}
             for e in scale.envs
         },
-        "arms": ARMS,
-        "runs": {},
-        "warmstart_s": {},
-        "warmstart": {},
+        "arms": {a: ARMS[a] for a in {a for _, _, a in plan}},
+        "runs": runs,
+        "warmstart": {f"{e}/{s}": w for (e, s), w in warm.items()},
         "command": " ".join(
             ["python", "benchmarks/mechanism.py", *(argv if argv is not None else sys.argv[1:])]
         ),
     }
-    try:
-        tasks = []
-        for env_name in scale.envs:
-            env = table[env_name]
-            tok_dir = build_env_tokenizer(env, scale, work)
-            results["runs"][env_name] = {}
-            tasks += [(env, scale, seed, work, tok_dir, args.verbose) for seed in scale.seeds]
-        if args.jobs > 1:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
-
-            with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
-                done = list(pool.map(run_seed, *zip(*tasks)))
-        else:
-            done = [run_seed(*task) for task in tasks]
-        for (env, _, seed, *_), (per_arm, ws_s, ws_metrics) in zip(tasks, done):
-            results["runs"][env.name][str(seed)] = per_arm
-            results["warmstart_s"][f"{env.name}/{seed}"] = ws_s
-            results["warmstart"][f"{env.name}/{seed}"] = ws_metrics
-    finally:
-        if not args.work:
-            shutil.rmtree(work, ignore_errors=True)
-    wall = time.perf_counter() - t0
-    summary = summarize(results, scale)
-    results["summary"] = summary
-    results["wall_s"] = wall
-    line = headline(summary, scale, wall)
-    results["headline"] = line
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
-    plot(results, summary, scale, out_dir / "mechanism.png")
-    print(json.dumps(line))
+    full_plan = [(e, s, a) for e in FULL.envs for s in FULL.seeds for a in ENVS[e].arms]
+    est = estimate(
+        full_plan if not args.quick else plan,
+        runs,
+        {f"{e}/{s}": w for (e, s), w in warm.items()},
+        2 if not args.quick else args.jobs,
+    )
+    line = finish(results, scale, out_dir, time.perf_counter() - t0, est)
+    print(json.dumps(json_safe(line), allow_nan=False))
     return 0
 
 

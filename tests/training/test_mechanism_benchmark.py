@@ -1,37 +1,175 @@
-"""Smoke test of ``benchmarks/mechanism.py --quick``: one JSON line, results.json and the PNG (no timing asserts)."""
+"""``benchmarks/mechanism.py``: its summary figures on hand-made curves, and the ``--quick`` smoke run (one JSON
+line, results.json, the PNG, every arm at the same env-step budget, a second call served from its cache)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
-from benchmark_runs import run_benchmark
+from benchmark_runs import REPO, run_benchmark
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("mechanism_benchmark", REPO / "benchmarks" / "mechanism.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+mech = _module()
+
+
+def test_auc_tokens_and_standard_errors_by_hand() -> None:
+    # success 0 at step 0, 0.5 at step 50, 1.0 at step 100 (tokens 0, 1000, 3000)
+    curve = [(0, 0, 0.0), (50, 1000, 0.5), (100, 3000, 1.0)]
+    # the 41-point grid over [0, 100] of a straight line 0 -> 1: the mean is 0.5
+    assert mech.success_auc(curve, 100) == pytest.approx(0.5)
+    # held flat past the last point: over [0, 200] the line covers half the grid, then 1.0
+    grid = np.linspace(0, 200, 41)
+    assert mech.success_auc(curve, 200) == pytest.approx(float(np.mean(np.minimum(grid / 100, 1.0))))
+    assert mech.tokens_to_reach(curve, 0.5) == 1000.0
+    assert mech.tokens_to_reach(curve, 0.6) == 3000.0
+    assert mech.tokens_to_reach(curve, 0.0) == 0.0
+    assert mech.tokens_to_reach(curve, 1.01) is None
+    m, se, n = mech.mean_se([0.1, 0.3, None, math.nan, 0.5])
+    assert (m, n) == (pytest.approx(0.3), 3)
+    assert se == pytest.approx(0.2 / math.sqrt(3))  # sd = 0.2 (ddof 1)
+    assert mech.mean_se([0.4]) == (0.4, None, 1)
+    assert mech.mean_se([]) == (None, None, 0)
+
+
+def test_summary_pairs_the_oracle_with_grpo_per_seed() -> None:
+    scale = mech.QUICK
+    budget = scale.budget_steps
+
+    def run(final: float, tokens: int) -> dict:
+        return {
+            "curve": [(0, 0, 0.0), (budget, tokens, final)],
+            "updates": [{"env_steps": float(budget), "actor/degenerate_group_rate": 0.5}],
+            "time_s": {},
+            "wall_s": 10.0,
+            "tokens": tokens,
+        }
+
+    # per seed: GRPO ends at 0.2 / 0.4 / 0.0, the oracle at 0.6 / 0.4 / 0.2 (AUC = final / 2 on a line from 0)
+    runs = {
+        "keydoor": {
+            "grpo": {0: run(0.2, 100), 1: run(0.4, 100), 2: run(0.0, 100)},
+            "oracle": {0: run(0.6, 50), 1: run(0.4, 50), 2: run(0.2, 50)},
+        }
+    }
+    summary = mech.summarize(runs, scale)["keydoor"]
+    diff = summary["auc_oracle_minus_grpo"]
+    assert diff["per_seed"] == pytest.approx([0.2, 0.0, 0.1])
+    assert diff["mean"] == pytest.approx(0.1) and diff["se"] == pytest.approx(0.1 / math.sqrt(3))
+    assert diff["seeds_positive"] == 2 and diff["n"] == 3
+    assert diff["above_2se"] is False  # 0.1 < 2 x 0.0577
+    oracle = summary["arms"]["oracle"]
+    assert oracle["success_final"][0] == pytest.approx(0.4)
+    # GRPO's final success per seed, 0.2 / 0.4 / 0.0, is reached by the oracle at its last point (50 tokens)
+    # on seeds 0 and 1, and at step 0 (0 tokens) on seed 2
+    assert oracle["tokens_to_grpo_final_per_seed"] == [50.0, 50.0, 0.0]
+    assert oracle["seeds_reaching_grpo_final"] == 3
+
+
+def test_the_time_estimate_extrapolates_measured_arms_by_hand() -> None:
+    runs = {
+        "keydoor": {
+            "grpo": {0: {"cpu_s": 100.0, "wall_s": 400.0}, 1: {"cpu_s": 120.0, "wall_s": 500.0}},
+            "oracle": {0: {"cpu_s": 80.0, "wall_s": 300.0}},
+        }
+    }
+    warm = {"keydoor/0": {"cpu_s": 30.0, "seconds": 90.0}}
+    plan = [("keydoor", s, a) for s in (0, 1, 2) for a in ("grpo", "oracle", "mc")] + [("knights", 0, "grpo")]
+    est = mech.estimate(plan, runs, warm, 2)
+    # 3 seeds x (grpo 110 + oracle 80 + mc at the mean of the measured arms, (110 + 80) / 2 = 95) + 3 x 30
+    assert est["per_env"]["keydoor"]["task_cpu_s"] == 3 * (110 + 80 + 95) + 3 * 30
+    assert est["task_cpu_s"] == 945.0 and est["wall_s_at_jobs_from_cpu"] == 472.5
+    assert est["task_wall_s"] == 3 * (450 + 300 + 375) + 3 * 90
+    assert est["unmeasured_envs"] == ["knights"] and est["measured_tasks"] == 3
+    assert mech.json_safe({"a": [math.nan, 1.0], "b": math.inf}) == {"a": [None, 1.0], "b": None}
+
+
+def test_every_arm_of_an_env_gets_the_same_model_and_env_but_its_own_critic(tmp_path: Path) -> None:
+    env = mech.ENVS["keydoor"]
+    assert env.max_rounds >= 48 and env.max_rounds // env.macro_rounds >= 6 and env.kwargs["keys"] >= 2
+    cfgs = {
+        arm: mech.make_config(env, mech.FULL, 0, arm, tmp_path / arm, tmp_path / "tok") for arm in env.arms
+    }
+    assert cfgs["grpo"].algorithm == "grpo"
+    assert {a: c.tempo.critic for a, c in cfgs.items() if a != "grpo"} == {
+        "oracle": "oracle",
+        "oracle_pc": "oracle",
+        "oracle_flip10": "oracle",
+        "oracle_flip30": "oracle",
+        "mc": "monte_carlo",
+        "generative": "generative",
+    }
+    assert cfgs["oracle_flip30"].tempo.oracle_flip_prob == 0.3
+    assert (
+        cfgs["oracle_pc"].tempo.prefix_correction == "clipped"
+        and cfgs["oracle"].tempo.prefix_correction == "off"
+    )
+    assert cfgs["generative"].tempo.warmup_updates > 0 and cfgs["oracle"].tempo.warmup_updates == 0
+    shared = ("env", "sampling", "optim", "warmstart", "kl")
+    for c in cfgs.values():
+        for part in shared:
+            assert getattr(c, part) == getattr(cfgs["grpo"], part), part
+        paths = {"state_dir"}
+        assert c.backend.model_dump(exclude=paths) == cfgs["grpo"].backend.model_dump(exclude=paths)
 
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path):
+def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the benchmark trains on the local backend (torch)")
     pytest.importorskip("matplotlib", reason="the benchmark plots with matplotlib")
     out = tmp_path / "mechanism"
-    line = run_benchmark("mechanism.py", "--quick", "--out", str(out), timeout=400)
+    work = tmp_path / "work"
+    line = run_benchmark("mechanism.py", "--quick", "--out", str(out), "--work", str(work), timeout=400)
+    arms = mech.QUICK_ENVS["keydoor"].arms
     assert line["benchmark"] == "mechanism" and line["seeds"] == 1
-    for arm in ("grpo", "tempo", "tempo_pc"):
-        assert 0.0 <= line[f"keydoor/{arm}/success_final"] <= 1.0
+    for arm in arms:
+        mean, se = line[f"keydoor/{arm}/success_final"]
+        assert 0.0 <= mean <= 1.0 and se is None  # one seed: no standard error
+        assert line[f"keydoor/{arm}/tokens_at_budget"] > 0
+    assert line["keydoor/auc_oracle_minus_grpo"]["n"] == 1
+    assert line["estimate_full_plan"]["measured_tasks"] == len(arms)
     results = json.loads((out / "results.json").read_text())
     budget = results["scale"]["budget_steps"]
-    runs = results["runs"]["keydoor"]["0"]
-    assert set(runs) == {"grpo", "tempo", "tempo_pc"}
-    for arm, run in runs.items():
-        # every arm spends (at least) the same env-step budget, and its curve starts at step 0
-        assert run["steps"] >= budget, arm
-        assert run["curve"][0][0] == 0 and run["curve"][-1][0] == run["steps"]
-        assert all(0.0 <= s <= 1.0 for _, s in run["curve"])
-        steps = [u["steps"] for u in run["updates"]]
-        assert steps == sorted(steps) and steps[-1] == run["steps"]
+    runs = results["runs"]["keydoor"]
+    assert set(runs) == set(arms)
+    for arm, per_seed in runs.items():
+        run = per_seed["0"]
+        # every arm spends (at least) the same env-step budget, counted by cost/env_steps
+        assert run["steps"] >= budget and run["cost"]["cost/env_steps"] == run["steps"], arm
+        assert run["curve"][0][:2] == [0, 0] and run["curve"][-1][:2] == [run["steps"], run["tokens"]]
+        steps = [u["env_steps"] for u in run["updates"]]
+        tokens = [u["tokens"] for u in run["updates"]]
+        assert steps == sorted(steps) and tokens == sorted(tokens) and steps[-1] == run["steps"]
         assert set(run["time_s"]) >= {"sampling", "env", "training", "eval"}
-    # GRPO has no critic; the prefix weights are logged by the TEMPO arms' TD updates
-    assert not any("critic/abs_error_mean" in u for u in runs["grpo"]["updates"])
-    td = [u for u in runs["tempo_pc"]["updates"] if u.get("train/phase") == 1.0]
-    assert td and all("prefix/weight_mean" in u for u in td)
+    # the shared warm start also taught the generative critic its answer format (critic examples beside the
+    # demos: without them the generative arm's critic never answers in the format)
+    warm = results["warmstart"]["keydoor/0"]["metrics"]
+    assert warm["warmstart/datums"] > results["scale"]["warmstart_episodes"]
+    # the Monte Carlo critic's rollouts are charged to its arm
+    assert runs["mc"]["0"]["cost"]["critic/mc_env_steps"] > 0
+    assert not any("critic/abs_error_mean" in u for u in runs["grpo"]["0"]["updates"])
     assert (out / "mechanism.png").stat().st_size > 10_000
+    # a second call finds every warm start and arm run in its cache: none is run (or rewritten) again
+    cached = sorted(work.glob("*.json")) + sorted(work.glob("*-warmstart-*/warmstart.json"))
+    assert len(cached) == len(arms) + 1
+    stamps = [p.stat().st_mtime_ns for p in cached]
+    again = run_benchmark("mechanism.py", "--quick", "--out", str(out), "--work", str(work), timeout=400)
+    assert [p.stat().st_mtime_ns for p in cached] == stamps
+    keep = ("wall_s", "estimate_full_plan")
+    assert {k: v for k, v in again.items() if k not in keep} == {
+        k: v for k, v in line.items() if k not in keep
+    }

@@ -158,7 +158,7 @@ def test_monte_carlo_after_the_right_and_the_wrong_key_with_its_costs() -> None:
     assert _value(critic, sampler, env).tolist() == [1.0, 1.0]
     # each rollout from room 2: 8 'go on' to the lock (room 10), 'open door', 'go on' to the exit room, through
     # = 11 steps; round 1 is one request for the 3 rollouts, rounds 2..11 one request each
-    assert critic.counters()["critic_mc/env_steps"] == 33.0
+    assert critic.counters()["critic/mc_env_steps"] == 33.0
     assert (critic.queries, critic.rollouts_played, critic.sample_requests) == (1, 3, 1 + 10 * 3)
     assert critic.sampled_tokens > 0 and critic.prompt_tokens > critic.sampled_tokens
 

@@ -19,8 +19,8 @@ policy's value at the state; where the policy needs older turns (keydoor's clue 
 estimates a policy that has forgotten them.
 
 Cost: every rollout is real env steps and sampled tokens; the counters (:attr:`MonteCarloCritic.env_steps`,
-:attr:`sampled_tokens`, :attr:`prompt_tokens`, ...) accumulate over the critic's life so that a benchmark
-can charge them to this arm's budget (:meth:`MonteCarloCritic.counters`).
+:attr:`sampled_tokens`, :attr:`prompt_tokens`, ...) accumulate over the critic's life; the trainer reads them
+(:meth:`MonteCarloCritic.cost_counters`) into its run's ``cost/*`` and ``critic/mc_*`` metrics.
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ class MonteCarloCritic(Critic):
         self.prompt_tokens = 0
 
     def counters(self) -> dict[str, float]:
-        """The cumulative cost counters as ``critic_mc/<name>`` metrics."""
+        """The cumulative cost counters as ``critic/mc_<name>`` metrics (over this critic object's life; a
+        trainer's own ``critic/mc_*`` metrics are cumulative over the run, resumes included)."""
         names = (
             "queries",
             "rollouts_played",
@@ -131,7 +132,19 @@ class MonteCarloCritic(Critic):
             "sampled_tokens",
             "prompt_tokens",
         )
-        return {f"critic_mc/{name}": float(getattr(self, name)) for name in names}
+        return {f"critic/mc_{name}": float(getattr(self, name)) for name in names}
+
+    def cost_counters(self) -> dict[str, int]:
+        """The work of the rollouts so far, for the trainer's ``cost/*`` accounting
+        (:class:`tempo_rl.training.cost.CostLedger`): ``prefill_tokens`` (prompt tokens of every sample
+        request), ``sampled_tokens``, ``env_steps``, ``queries`` and ``rollouts``; cumulative."""
+        return {
+            "prefill_tokens": self.prompt_tokens,
+            "sampled_tokens": self.sampled_tokens,
+            "env_steps": self.env_steps,
+            "queries": self.queries,
+            "rollouts": self.rollouts_played,
+        }
 
     async def returns(
         self, query: CriticQuery, sampler: SamplingClient, *, seed: int | None = None
@@ -174,9 +187,7 @@ class MonteCarloCritic(Critic):
         self.env_steps += sum(b.rounds for b in branches)
         self.sample_requests += stats.sample_requests
         self.sampled_tokens += stats.sampled_tokens
-        # round 1 is one request for all M branches (shared prompt); later rounds one request per branch
-        first = branches[0].turn_starts[:1] if branches else []
-        self.prompt_tokens += sum(first) + sum(sum(b.turn_starts[1:]) for b in branches)
+        self.prompt_tokens += stats.prompt_tokens  # round 1 is one request for all M branches (shared prompt)
         return np.asarray([rollout_return(b) for b in branches], dtype=np.float64)
 
     async def estimate(

@@ -131,6 +131,7 @@ class RolloutStats:
     admissible_known_valid: int = 0
     env_errors: int = 0
     sample_requests: int = 0
+    prompt_tokens: int = 0  # summed prompt length of the sample requests (each billed once for its samples)
     sampled_tokens: int = 0
     template_restarts: int = 0
 
@@ -389,6 +390,7 @@ async def run_branches(
         )
         stats.sampling_s += time.perf_counter() - t0
         stats.sample_requests += len(groups)
+        stats.prompt_tokens += sum(len(members[0][0].tokens) for members in groups.values())
         actions: list[str] = []
         order: list[tuple[BranchResult, Any, SampledSequence]] = []
         for members, response in zip(groups.values(), responses):

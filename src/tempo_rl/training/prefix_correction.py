@@ -125,6 +125,7 @@ class PrefixWeights:
         unknown: the state has a prefix but no recorded spans (weight 1, counted).
         recomputed_tokens: assistant tokens whose logprob was recomputed.
         calls: ``compute_logprobs`` calls made (one per distinct stale state).
+        processed_tokens: the tokens of those calls (each call is a forward pass over a whole stored prefix).
         seconds: wall time of the recomputation.
         clip: the clip bounds used (None for "off" / "ratio").
         scale: the segment scale c (M or 1).
@@ -138,6 +139,7 @@ class PrefixWeights:
     unknown: np.ndarray
     recomputed_tokens: int = 0
     calls: int = 0
+    processed_tokens: int = 0
     seconds: float = 0.0
     clip: tuple[float, float] | None = None
     scale: float = 1.0
@@ -335,6 +337,7 @@ class PrefixCorrection:
             unknown=unknown,
             recomputed_tokens=tokens,
             calls=len(ids),
+            processed_tokens=sum(len(todo[k][0].token_prefix) for k in ids),
             seconds=time.perf_counter() - t0,
             clip=clip,
             scale=self.scale,

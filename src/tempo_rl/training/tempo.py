@@ -541,6 +541,7 @@ class TempoTrainer(MacroStepTrainer):
             self.c.sampler, [s.state for s in starts], self.state.policy_version
         )
         timer.add("prefix", prefix.seconds)
+        self.cost.add_logprob_calls([prefix.processed_tokens])
         return correction, prefix
 
     def start_critic_records(

@@ -40,6 +40,7 @@ from tempo_rl.rollout.branches import BranchResult, RolloutSettings, RolloutStat
 from tempo_rl.rollout.datums import completion_datum, make_datum
 from tempo_rl.signals import kl_penalized_advantages
 from tempo_rl.training.config import TrainConfig
+from tempo_rl.training.cost import CostLedger, critic_cost_counters
 from tempo_rl.training.types import StartState, StoredState, TrainerComponents
 
 __all__ = ["MacroStepTrainer", "TrainerState", "UpdateTimer"]
@@ -67,6 +68,7 @@ class TrainerState:
             saved when RL began; None until then or with ``kl.coef = 0``.
         kl_reference_version: the policy version the reference was saved at; while ``policy_version`` still
             equals it, pi is pi_ref exactly (None: unknown, in a state saved before this field existed).
+        cost: the run's cumulative tokens processed and env steps (``cost/*``, :mod:`tempo_rl.training.cost`).
     """
 
     update: int = 0
@@ -77,6 +79,7 @@ class TrainerState:
     warmstart_done: bool = False
     kl_reference: str | None = None
     kl_reference_version: int | None = None
+    cost: CostLedger = field(default_factory=CostLedger)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -89,12 +92,15 @@ class TrainerState:
             "warmstart_done": self.warmstart_done,
             "kl_reference": self.kl_reference,
             "kl_reference_version": self.kl_reference_version,
+            "cost": self.cost.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrainerState:
         """Inverse of :meth:`to_json`."""
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        values["cost"] = CostLedger.from_json(data.get("cost"))
+        return cls(**values)
 
 
 def _close_runner(runner: asyncio.Runner) -> None:
@@ -213,6 +219,7 @@ class MacroStepTrainer(abc.ABC):
                 )
                 metrics["time/eval_seconds"] = time.perf_counter() - t1
             metrics["train/policy_version"] = float(self.state.policy_version)
+            metrics.update(self.cost_metrics())  # an evaluation's tokens count apart (eval/cost_*)
             metrics.update(self.reliability_metrics())
             self.state.update += 1
             self.state.rng_state = dict(self.rng.bit_generator.state)
@@ -235,6 +242,16 @@ class MacroStepTrainer(abc.ABC):
         if self._runner is not None:
             self._finalizer()
             self._runner = None
+
+    @property
+    def cost(self) -> CostLedger:
+        """The run's cumulative cost counters (kept in :attr:`state`, so they survive a resume)."""
+        return self.state.cost
+
+    def cost_metrics(self) -> dict[str, float]:
+        """``cost/*`` so far (see :mod:`tempo_rl.training.cost`), and ``critic/mc_*`` when the critic does
+        rollouts of its own (it has ``cost_counters()``)."""
+        return self.cost.metrics(critic=critic_cost_counters(self.c.critic) is not None)
 
     def reliability_metrics(self) -> dict[str, float]:
         """Failure counters since this process started: env worker calls, errors, timeouts and replaced workers
@@ -427,6 +444,7 @@ class MacroStepTrainer(abc.ABC):
             results, rstats = await self.rollout(starts, self.rollout_settings(segment_rounds=segment_rounds))
         finally:
             self.close_envs(starts)
+        self.cost.add_rollout(rstats)
         timer.add("sampling", rstats.sampling_s)
         timer.add("env", rstats.env_s)
         return results, rstats
@@ -455,11 +473,18 @@ class MacroStepTrainer(abc.ABC):
         """K critic estimates of every query, concurrently; each request is seeded from the trainer RNG (drawn
         in query order before any sampling starts), so a resumed run reproduces the critic samples too."""
         seeds = [int(self.rng.integers(0, 2**31 - 1)) for _ in queries]
-        return list(
+        before = critic_cost_counters(self.c.critic)
+        estimates = list(
             await asyncio.gather(
                 *(self.c.critic.estimate(q, k, self.c.sampler, seed=s) for q, s in zip(queries, seeds))
             )
         )
+        self.cost.add_estimates(estimates)
+        if before is not None:
+            after = critic_cost_counters(self.c.critic)
+            assert after is not None
+            self.cost.add_critic_work(before, after)
+        return estimates
 
     # ---------------------------------------------------------------------------------------------- datums
 
@@ -568,6 +593,7 @@ class MacroStepTrainer(abc.ABC):
         t0 = time.perf_counter()
         reference = self.reference_sampler()
         items = list(self._trained_sequences(branches, advantages))
+        self.cost.add_logprob_calls(len(tokens) for tokens, _, _, _ in items)
         ref_rows = await asyncio.gather(
             *(reference.compute_logprobs_async(tokens.tolist()) for tokens, _, _, _ in items),
             return_exceptions=True,
@@ -662,6 +688,7 @@ class MacroStepTrainer(abc.ABC):
             ),
             "train/optim_steps": 0.0,
         }
+        self.cost.add_datums(datums)
         if datums:
             chunk = self.config.optim.chunk_datums
             steps = min(self.config.optim.substeps if substeps is None else substeps, len(datums))
@@ -709,6 +736,7 @@ class MacroStepTrainer(abc.ABC):
             )
         finally:
             self.close_envs(starts)
+        self.cost.add_rollout(stats, evaluation=True)
         branches = [row[0] for row in results]
         return {
             "eval/success_rate": float(np.mean([b.won for b in branches])) if branches else math.nan,
