@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from tempo_rl.backends.config import BackendConfig, LocalBackendConfig
+from tempo_rl.backends.types import SamplingParams
 from tempo_rl.envs.snapshot import EnvSpec
 
 __all__ = [
@@ -192,6 +193,25 @@ class SamplingConfig(_Model):
         default=True, description="show the remaining step budget (T - round) to the actor and the critic"
     )
     eval_temperature: float = Field(default=0.01, gt=0.0)
+
+    def actor_params(
+        self, stop: tuple[int, ...] | None, *, temperature: float | None = None, seed: int | None = None
+    ) -> SamplingParams:
+        """The actor's :class:`~tempo_rl.backends.types.SamplingParams` for one assistant turn (``max_tokens``,
+        ``temperature`` unless given, ``top_p``), stopping at ``stop`` (the tokenizer's EOS)."""
+        return SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature if temperature is None else temperature,
+            top_p=self.top_p,
+            seed=seed,
+            stop=stop,
+        )
+
+    def critic_params(self, stop: tuple[int, ...] | None) -> SamplingParams:
+        """The critic's sampling parameters (``critic_max_tokens``, ``critic_temperature``), stopping at ``stop``."""
+        return SamplingParams(
+            max_tokens=self.critic_max_tokens, temperature=self.critic_temperature, stop=stop
+        )
 
 
 class TempoConfig(_Model):

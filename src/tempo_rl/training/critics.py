@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tempo_rl.backends.types import SamplingParams
 from tempo_rl.critic.base import Critic
 from tempo_rl.critic.monte_carlo import MonteCarloCritic
 from tempo_rl.critic.oracle import OracleCritic
@@ -63,12 +62,7 @@ def state_critic(
         tokenizer = getattr(chat, "tokenizer", None)
         eos = getattr(tokenizer, "eos_token_id", None)
         settings = RolloutSettings(
-            sampling=SamplingParams(
-                max_tokens=s.max_tokens,
-                temperature=s.temperature,
-                top_p=s.top_p,
-                stop=(int(eos),) if eos is not None else None,
-            ),
+            sampling=s.actor_params((int(eos),) if eos is not None else None),
             max_rounds=t.max_rounds,
             max_trajectory_tokens=s.max_trajectory_tokens,
             show_remaining_steps=s.show_remaining_steps,

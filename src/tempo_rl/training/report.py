@@ -232,27 +232,12 @@ def quarantined_states(run_dir: Path | str) -> tuple[list[dict[str, Any]], str |
 
 
 _START_KEYS = ("start_id", "game_id", "fresh", "start_round", "start_macro_index", "start_policy_version")
-_BRANCH_KEYS = (
-    "branch",
-    "actions",
-    "observations",
-    "invalid_turns",
-    "rewards",
-    "invalid_actions",
-    "end_reason",
-    "won",
-    "return",
-    "endpoint_value",
-    "advantage",
-    "kept",
-    "error",
-    "boundaries",
-    "policy_version",
-)
+#: what a record holds besides its branch: the update, the phase and the start state (its keys and ``start``)
+_NOT_BRANCH_KEYS = frozenset({"update", "phase", "start", *_START_KEYS})
 
 
 def _branch(record: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: record[k] for k in _BRANCH_KEYS if k in record}
+    out = {k: v for k, v in record.items() if k not in _NOT_BRANCH_KEYS}
     rewards = record.get("rewards")
     out["r"] = float(sum(rewards)) if isinstance(rewards, list) else None  # r_n, the segment's reward
     return out

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tempo_rl.backends.types import SamplingParams
 from tempo_rl.critic.generative import GenerativeCritic
 from tempo_rl.critic.privileged import warn_missing_privileged_info
 from tempo_rl.envs import ForkCache
@@ -219,11 +218,7 @@ def build_trainer(
     _warn_token_budgets(config, tokenizer)
     critic = GenerativeCritic(
         chat,
-        SamplingParams(
-            max_tokens=s.critic_max_tokens,
-            temperature=s.critic_temperature,
-            stop=(int(eos),) if eos is not None else None,
-        ),
+        s.critic_params((int(eos),) if eos is not None else None),
         max_prompt_tokens=s.critic_max_prompt_tokens,
         answer_prefix=s.critic_answer_prefix,
         answer=s.critic_answer,

@@ -290,14 +290,8 @@ class MacroStepTrainer(abc.ABC):
     def sampling_params(self, *, temperature: float | None = None, seed: int | None = None) -> SamplingParams:
         """The actor's sampling parameters; ``seed`` defaults to a fresh draw from the trainer RNG (reproducible
         runs)."""
-        s = self.config.sampling
-        return SamplingParams(
-            max_tokens=s.max_tokens,
-            temperature=s.temperature if temperature is None else temperature,
-            top_p=s.top_p,
-            seed=int(self.rng.integers(0, 2**31 - 1)) if seed is None else seed,
-            stop=self.stop_tokens(),
-        )
+        seed = int(self.rng.integers(0, 2**31 - 1)) if seed is None else seed
+        return self.config.sampling.actor_params(self.stop_tokens(), temperature=temperature, seed=seed)
 
     def eval_seed(self, updates_done: int) -> int:
         """The sampling seed of the evaluation after ``updates_done`` updates: a function of ``run.seed`` and

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tempo_rl._optional import require
 from tempo_rl.backends.local.model import forward_logits
@@ -229,13 +229,8 @@ def sample_batch(
                 cache if copied is None else copied,
                 last,
                 mask.to(device),
-                prompts=prompts,
-                rows_of=rows_of,
-                prefill_row=prefill_row,
-                gens=gens,
-                stops=stops,
+                rows=_Rows(prompts, rows_of, prefill_row, gens, stops, paths),
                 prefix_cache=prefix_cache,
-                paths=paths,
                 out=(out_tokens, out_lps, reasons),
                 device=device,
                 pad_id=pad_id,
@@ -490,6 +485,19 @@ def shared_decode_supported(model: Any) -> bool:
     return impl in ("sdpa", "eager")
 
 
+class _Rows(NamedTuple):
+    """The bookkeeping of one sampling batch: the distinct ``prompts``; per sample row, its request
+    (``rows_of``) and its prompt's prefill row (``prefill_row``); per request, its generator (``gens``) and stop
+    rules (``stops``); per distinct prompt, its path in the prefix cache's trie (``paths``)."""
+
+    prompts: Sequence[tuple[int, ...]]
+    rows_of: Sequence[int]
+    prefill_row: Sequence[int]
+    gens: Sequence[torch.Generator | None]
+    stops: Sequence[tuple[frozenset[int], tuple[str, ...]]]
+    paths: Sequence[Sequence[Any]]
+
+
 def _decode_shared(
     model: Any,
     tokenizer: Tokenizer,
@@ -498,13 +506,8 @@ def _decode_shared(
     last: torch.Tensor,
     mask: torch.Tensor,
     *,
-    prompts: Sequence[tuple[int, ...]],
-    rows_of: Sequence[int],
-    prefill_row: Sequence[int],
-    gens: Sequence[torch.Generator | None],
-    stops: Sequence[tuple[frozenset[int], tuple[str, ...]]],
+    rows: _Rows,
     prefix_cache: PrefixCache,
-    paths: Sequence[Sequence[Any]],
     out: tuple[list[list[int]], list[list[float]], list[str]],
     device: str,
     pad_id: int,
@@ -527,6 +530,7 @@ def _decode_shared(
     the other loop. A finished sample's KV (prompt columns, then its own columns) is stored in
     ``prefix_cache``. Fills ``out`` = ``(tokens, logprobs, stop reasons)`` per global row.
     """
+    prompts, rows_of, prefill_row, gens, stops, paths = rows
     torch = require("torch", "local")
     out_tokens = out[0]
     n_rows = len(rows_of)
