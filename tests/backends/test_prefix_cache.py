@@ -154,8 +154,9 @@ def test_any_transformers_causal_lm_gpt2(tokenizer: Any) -> None:
     assert on.prefix_cache_stats()["sampling/prefix_hit_tokens"] > 0
 
 
-def test_llama_with_grouped_query_attention(tokenizer: Any) -> None:
-    """A transformers Llama with 2 KV heads for 4 query heads (the cache stores KV heads only)."""
+def _config_llama(tokenizer: Any, *, kv_heads: int, **extra: Any) -> Any:
+    """A 2-layer, width-32 transformers Llama with 4 query heads and ``kv_heads`` KV heads, built from a config
+    (seeded, the global torch RNG untouched); ``extra`` goes to the config (e.g. ``attn_implementation``)."""
     import torch
     import transformers
 
@@ -165,12 +166,18 @@ def test_llama_with_grouped_query_attention(tokenizer: Any) -> None:
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=2,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=512,
+        **extra,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = transformers.LlamaForCausalLM(cfg)
+        return transformers.LlamaForCausalLM(cfg)
+
+
+def test_llama_with_grouped_query_attention(tokenizer: Any) -> None:
+    """A transformers Llama with 2 KV heads for 4 query heads (the cache stores KV heads only)."""
+    model = _config_llama(tokenizer, kv_heads=2)
     on, off = _pair(model, tokenizer)
     _episode(on, off, tokenizer, turns=3)
     assert on.prefix_cache is not None
@@ -198,22 +205,7 @@ def test_samples_of_one_prompt_share_one_cache_row(tokenizer: Any, attn: str) ->
     """With the cache, the K samples of one prompt decode as K query columns of ONE cache row (the prompt's KV
     is read once per step, never copied per sample), also when samples stop at different steps; tokens and
     logprobs are the uncached ones, for the sdpa and eager attention of a Llama built from a config."""
-    import torch
-    import transformers
-
-    cfg = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=512,
-        attn_implementation=attn,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = transformers.LlamaForCausalLM(cfg)
+    model = _config_llama(tokenizer, kv_heads=4, attn_implementation=attn)
     assert model.config._attn_implementation == attn
     on, off = _pair(model, tokenizer)
     prompt = tokenizer.encode("take apple 1 from desk 1. Nothing happens. " * 3, add_special_tokens=False)
