@@ -12,6 +12,11 @@ Envs (``ENVS``):
 * ``keydoor``: T = 48 rounds, H = 8 (6 macro-steps), 2 keys of 2 colours. Each key room repeats its sign
   (``clue_at_key``) so the choice needs no memory, but its consequence shows only later: the first lock is 8
   rooms after the last key room, and the only reward is 1 at the far exit (the walkthrough takes 42 steps);
+* ``keydoor_rule``: the same corridor, but both locks need the blue key in every game (``lock_colour``), and the
+  shared warm start imitates demonstrations whose locks are drawn apart from their signs (``warmstart.env_kwargs``),
+  so it clones no key preference: a rule the 2-layer model can represent, learnt from reward alone (the signed
+  choice above needs an attention circuit it does not form within the budget, even with the oracle). Evaluated
+  at temperature 0.3 (the greedy argmax would be the warm start's coin flip);
 * ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, H = 4, the verdict only when all
   3 are placed (``feedback = "final"``).
 
@@ -42,10 +47,12 @@ plan, at ``--jobs``).
 
 Time (measured 2026-12-02, seed 0 at full size, CPU seconds of one process with one torch thread): keydoor warm
 start 67 s, GRPO 95 s, oracle 113 s, Monte Carlo 95 s, generative 157 s; knights warm start 10 s, GRPO 101 s,
-oracle 160 s, Monte Carlo 89 s. The full plan (5 seeds x (7 keydoor + 6 knights arms) + 10 warm starts)
-extrapolates to about 8,100 CPU seconds (the unmeasured arms at their env's measured mean, knights' generative
+oracle 160 s, Monte Carlo 89 s. The full plan of then (5 seeds x (7 keydoor + 6 knights arms) + 10 warm starts)
+extrapolated to about 8,100 CPU seconds (the unmeasured arms at their env's measured mean, knights' generative
 arm at 1.5x): about 68 minutes with ``--jobs 2`` on an otherwise idle 2-core machine (the same runs took 1-9x
-longer in wall time on the shared development machine, loaded by other jobs).
+longer in wall time on the shared development machine, loaded by other jobs). ``keydoor_rule``'s GRPO and oracle
+arms on 5 seeds took 694 s of wall time with ``--jobs 2`` (2,486 CPU seconds for the 10 arm-seeds); with its 6
+arms the full plan grows by about half.
 
 Usage::
 
@@ -63,7 +70,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +81,17 @@ import numpy as np
 
 @dataclass(frozen=True)
 class EnvSetting:
-    """One benchmark environment: its kwargs, T (episode limit), H (macro-step rounds) and its arms."""
+    """One benchmark environment: its kwargs, T (episode limit), H (macro-step rounds) and its arms; the
+    warm start's demonstrations use ``demo_kwargs`` over ``kwargs`` (``warmstart.env_kwargs``), and the
+    evaluations sample at ``eval_temperature``."""
 
     name: str
     kwargs: Mapping[str, Any]
     max_rounds: int
     macro_rounds: int
     arms: tuple[str, ...]
+    demo_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    eval_temperature: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -158,9 +169,29 @@ QUICK_ENVS: dict[str, EnvSetting] = {
     ),
 }
 
+
+def keydoor_rule(setting: EnvSetting) -> EnvSetting:
+    """``keydoor_rule`` from a ``keydoor`` setting: the same corridor, but both locks need the blue key in every
+    game (the signs show it), and the shared warm start imitates demonstrations whose locks are drawn apart from
+    their signs (random key choices): a rule the 2-layer model can represent (a preference, no attention
+    circuit), learnt from reward alone. Evaluated at temperature 0.3: near-greedy for the walk, while the key
+    choice stays near the policy's P(blue) (at 0.1 the warm start's coin-flip preference decides it; at 1.0 the
+    42-step walk alone fails most episodes)."""
+    return replace(
+        setting,
+        kwargs={**setting.kwargs, "lock_colour": "blue"},
+        arms=tuple(a for a in ARMS if a != "oracle_pc"),  # nothing is sampled by older policies to correct
+        demo_kwargs={"lock_colour": "independent"},
+        eval_temperature=0.3,
+    )
+
+
+for _table in (ENVS, QUICK_ENVS):
+    _table["keydoor_rule"] = keydoor_rule(_table["keydoor"])
+
 FULL = Scale(
     seeds=(0, 1, 2, 3, 4),
-    envs=("keydoor", "knights"),
+    envs=("keydoor", "keydoor_rule", "knights"),
     budget_steps=4608,
     eval_points=6,
     eval_episodes=16,
@@ -289,7 +320,7 @@ def make_config(
                 "critic_max_prompt_tokens": 768,
                 "max_trajectory_tokens": scale.max_trajectory_tokens,
                 "show_remaining_steps": False,  # both envs' observations show the steps left
-                "eval_temperature": 0.1,
+                "eval_temperature": env.eval_temperature,
             },
             "optim": {"learning_rate": scale.learning_rate, "eps": 1e-6, "grad_clip_norm": 1.0},
             "warmstart": {
@@ -301,6 +332,7 @@ def make_config(
                 "batch_size": 4,
                 "critic_format_share": 1.0,
                 "critic_format_levels": 2,
+                "env_kwargs": dict(env.demo_kwargs),
             },
             "kl": {"coef": 0.1},
             "store": {"capacity": 256, "max_age_versions": 8},
@@ -379,7 +411,14 @@ def warm_start_task(env: EnvSetting, scale: Scale, seed: int, work: Path, tok_di
         "vocab_size",
         "max_trajectory_tokens",  # sets the model's max_positions
     )
-    key = _cache_key("warmstart-generative", env.kwargs, {k: getattr(scale, k) for k in fields}, seed)
+    key = _cache_key(
+        "warmstart-generative",
+        env.kwargs,
+        env.demo_kwargs,
+        env.eval_temperature,  # the step-0 point is evaluated here
+        {k: getattr(scale, k) for k in fields},
+        seed,
+    )
     ws_dir = work / f"{env.name}-seed{seed}-warmstart-{key}"
     # built as the generative arm: its critic renders the warm start's critic answer-format examples (an oracle
     # critic has no prompt, and the generative arm's critic would never learn to answer); every arm starts here
@@ -438,6 +477,8 @@ def arm_task(
     key = _cache_key(
         "arm",
         env.kwargs,
+        env.demo_kwargs,
+        env.eval_temperature,
         env.max_rounds,
         env.macro_rounds,
         asdict(scale) | {"seeds": None, "envs": None},

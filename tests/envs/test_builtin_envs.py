@@ -354,3 +354,66 @@ def test_keydoor_clue_at_key_repeats_the_sign_in_the_key_room_only():
         assert seen == shown.keys
     with pytest.raises(ValueError, match="clue_at_key"):
         KeyDoorEnv(horizon=16, clue_at_key="yes")  # type: ignore[arg-type]
+
+
+def _kinds(env: KeyDoorEnv) -> list[tuple[str, int, tuple[str, ...]]]:
+    return [(r.kind, r.lock, r.offered) for r in env.layout()]
+
+
+def _plays(env: KeyDoorEnv, actions: list[str]) -> float:
+    return sum(env.step(a).reward for a in actions)
+
+
+def _last_text(env: KeyDoorEnv, actions: list[str]) -> str:
+    text = ""
+    for a in actions:
+        text = env.step(a).observation.text
+    return text
+
+
+def test_keydoor_a_fixed_lock_colour_needs_that_key_in_every_game():
+    for seed in range(12):
+        drawn = KeyDoorEnv(horizon=24, keys=2, colours=3)
+        blue = KeyDoorEnv(horizon=24, keys=2, colours=3, lock_colour="blue")
+        drawn.reset(seed)
+        blue.reset(seed)
+        assert _kinds(blue) == _kinds(drawn)  # the same corridor and the same key racks
+        assert {r.colour for r in blue.layout() if r.kind in ("clue", "key", "lock")} == {"blue"}
+        plan = list(blue.walkthrough() or ())
+        assert [a for a in plan if a.startswith("take ")] == ["take blue", "take blue"]
+        assert _plays(blue, plan) == 1.0
+        blue.reset(seed)  # red for the first lock: it stays locked, silently, and the exit is out of reach
+        wrong = [("take red" if a.startswith("take ") else a) for a in plan]
+        assert _last_text(blue, wrong[: wrong.index("open door") + 1]).startswith("The door stays locked.")
+        assert blue.oracle_value(100) == 0.0
+
+
+def test_keydoor_independent_lock_colours_make_the_signs_say_nothing():
+    agree, games = 0, 60
+    for seed in range(games):
+        env = KeyDoorEnv(
+            horizon=16, keys=1, colours=2, clue_gap=0, lock_gap=0, clue_at_key=True, lock_colour="independent"
+        )
+        obs = env.reset(seed)
+        rooms = env.layout()
+        sign = next(r.colour for r in rooms if r.kind == "clue")
+        lock = next(r.colour for r in rooms if r.kind == "lock")
+        assert next(r.colour for r in rooms if r.kind == "key") == lock  # the right key is the lock's
+        assert f"A sign shows a {sign} key." in obs.text
+        assert f"the right key is {lock}" in (env.privileged_info() or "")
+        agree += sign == lock
+        assert _plays(env, list(env.walkthrough() or ())) == 1.0  # the walkthrough takes the lock's key
+        # the rest of the layout is the one the sign's colour draws
+        random_env = KeyDoorEnv(horizon=16, keys=1, colours=2, clue_gap=0, lock_gap=0, clue_at_key=True)
+        random_env.reset(seed)
+        assert _kinds(random_env) == _kinds(env)
+        assert next(r.colour for r in random_env.layout() if r.kind == "clue") == sign
+    assert 15 <= agree <= 45  # about half: the sign carries no information about the lock
+
+
+@pytest.mark.parametrize("bad", ["purple", "yellow", "", None])
+def test_keydoor_lock_colour_bad_values_name_the_choices(bad):
+    with pytest.raises(
+        ValueError, match="lock_colour must be 'random', 'independent' or one of the 2 colours"
+    ):
+        KeyDoorEnv(horizon=16, keys=1, colours=2, lock_colour=bad)  # type: ignore[arg-type]

@@ -173,3 +173,20 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Pa
     assert {k: v for k, v in again.items() if k not in keep} == {
         k: v for k, v in line.items() if k not in keep
     }
+
+
+def test_keydoor_rule_rewards_blue_keys_and_demonstrates_random_ones(tmp_path: Path) -> None:
+    """keydoor_rule: both locks need the blue key in every RL and evaluation game, the warm start's demos come
+    from games whose locks are drawn apart from their signs, and every arm evaluates at the same temperature."""
+    for table in (mech.ENVS, mech.QUICK_ENVS):
+        env = table["keydoor_rule"]
+        assert env.kwargs["lock_colour"] == "blue" and env.kwargs["keys"] >= 2
+        assert env.demo_kwargs == {"lock_colour": "independent"}
+        cfgs = [
+            mech.make_config(env, mech.FULL, 0, arm, tmp_path / arm, tmp_path / "tok") for arm in env.arms
+        ]
+        for c in cfgs:
+            assert c.env.kwargs["lock_colour"] == "blue"
+            assert c.warmstart.env_kwargs == {"lock_colour": "independent"}
+            assert c.sampling.eval_temperature == env.eval_temperature
+    assert mech.ENVS["keydoor"].demo_kwargs == {} and "lock_colour" not in mech.ENVS["keydoor"].kwargs

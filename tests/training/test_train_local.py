@@ -337,3 +337,45 @@ def test_kl_anchor_reference_survives_a_resume_on_the_local_backend(tmp_path: Pa
     summary = train_run(run_dir, resume=True, console=False)
     assert summary["updates_done"] == 3
     assert "kl/ref_k1_mean" in _metrics(run_dir)[-1]
+
+
+def test_warm_start_plays_its_demonstrations_with_warmstart_env_kwargs(tmp_path: Path, monkeypatch) -> None:
+    """The demos' games are the training games with ``warmstart.env_kwargs`` merged over ``env.kwargs``: here
+    every RL game needs the blue key, while the demos' locks are drawn apart from their signs, so the expert
+    they imitate takes red keys too (no key preference to clone)."""
+    from tempo_rl.envs.keydoor import KeyDoorEnv
+    from tempo_rl.training import warmstart
+    from tempo_rl.training.run import build_trainer
+
+    cfg_file = tmp_path / "tiny.toml"
+    cfg_file.write_text(_config_text())
+    overrides = [
+        'env.kwargs={horizon=12, keys=1, colours=2, lock_colour="blue"}',
+        'warmstart.env_kwargs={lock_colour="independent"}',
+        "warmstart.episodes=12",
+    ]
+    config = load_config(cfg_file, overrides)
+    trainer = build_trainer(config, tmp_path / "run")
+    games = []
+    real = warmstart.demonstration_datums
+
+    def spy(trainer, game, rng, calls=None):  # type: ignore[no-untyped-def]
+        games.append(game)
+        return real(trainer, game, rng, calls)
+
+    monkeypatch.setattr(warmstart, "demonstration_datums", spy)
+    metrics = warmstart.warm_start(trainer)
+    assert metrics["warmstart/optim_steps"] > 0
+    assert [seed for _, seed in games] == [config.env.train_game(i)[1] for i in range(12)]
+    assert {spec.name for spec, _ in games} == {"keydoor"}
+    assert all(
+        spec.kwargs == {"horizon": 12, "keys": 1, "colours": 2, "lock_colour": "independent"}
+        for spec, _ in games
+    )
+    takes = set()
+    for spec, seed in games:
+        env = KeyDoorEnv(**spec.kwargs)
+        env.reset(seed)
+        takes.update(a for a in env.walkthrough() or () if a.startswith("take "))
+    assert takes == {"take red", "take blue"}
+    assert config.env.kwargs["lock_colour"] == "blue"  # the RL games are untouched

@@ -80,6 +80,13 @@ class KeyDoorEnv(ReplayableEnv):
             blue."``), so the key choice needs no memory across observations; its consequence is still delayed
             (the lock and the exit come later). A curriculum knob for small models, like ``clue_gap``.
             Default ``False``.
+        lock_colour: which key each lock needs. ``"random"`` (default): drawn with the layout, and the lock's
+            sign shows it. A colour (e.g. ``"blue"``): every lock needs that colour in every game and the signs
+            show it (the rest of the layout is as with ``"random"``), so the right key no longer depends on the
+            game: a rule an agent can learn from reward alone. ``"independent"``: each lock's colour is drawn
+            apart from its sign's, so the signs say nothing and the walkthrough's key choices are random:
+            demonstrations of the walk with no key preference (e.g. the warm start's games,
+            ``warmstart.env_kwargs``, for a fixed colour).
     """
 
     def __init__(
@@ -90,6 +97,7 @@ class KeyDoorEnv(ReplayableEnv):
         clue_gap: int | None = None,
         lock_gap: int | None = None,
         clue_at_key: bool = False,
+        lock_colour: str = "random",
     ) -> None:
         if not isinstance(horizon, int) or not 12 <= horizon <= 200:
             raise ValueError(f"horizon must be an int in 12..200, got {horizon!r}")
@@ -120,6 +128,11 @@ class KeyDoorEnv(ReplayableEnv):
                 f"lock_gap must be None or an int in 0..{plain - fixed} for horizon {horizon}, {keys} keys and "
                 f"clue_gap {clue_gap}, got {lock_gap!r}"
             )
+        if lock_colour not in ("random", "independent") and lock_colour not in COLOURS[:colours]:
+            raise ValueError(
+                f"lock_colour must be 'random', 'independent' or one of the {colours} colours "
+                f"{', '.join(COLOURS[:colours])}, got {lock_colour!r}"
+            )
         if not isinstance(clue_at_key, bool):
             raise ValueError(f"clue_at_key must be true or false, got {clue_at_key!r}")
         self.horizon = horizon
@@ -128,6 +141,7 @@ class KeyDoorEnv(ReplayableEnv):
         self.clue_gap = clue_gap
         self.lock_gap = lock_gap
         self.clue_at_key = clue_at_key
+        self.lock_colour = lock_colour
         self._plain = plain
         self._seed: int | None = None
         self._rooms: tuple[Room, ...] = ()
@@ -146,6 +160,14 @@ class KeyDoorEnv(ReplayableEnv):
         )
         palette = list(COLOURS[: self.colours])
         needed = [rng.choice(palette) for _ in range(self.keys)]
+        signs = list(needed)
+        if self.lock_colour == "independent":  # a second stream: the rest of the layout does not change
+            other = random.Random(f"keydoor-locks:{self.horizon}:{self.keys}:{self.colours}:{seed or 0}")
+            needed = [other.choice(palette) for _ in range(self.keys)]
+        elif (
+            self.lock_colour != "random"
+        ):  # drawn all the same, so that the rest of the layout does not change
+            needed = signs = [self.lock_colour] * self.keys
         # gap slots: after each clue (before its key), after each key, before each lock, before the exit
         # gap i*2: clue i -> key i; i*2+1: after key i; 2*keys+i: before lock i; 3*keys: last lock -> exit
         slots = 3 * self.keys + 1
@@ -169,7 +191,7 @@ class KeyDoorEnv(ReplayableEnv):
             gaps[rng.choice(free)] += 1
         rooms: list[Room] = []
         for i in range(self.keys):
-            rooms.append(Room("clue", i, needed[i]))
+            rooms.append(Room("clue", i, signs[i]))
             rooms.extend(Room("plain") for _ in range(gaps[2 * i]))
             offered = palette[:]
             rng.shuffle(offered)
@@ -190,7 +212,8 @@ class KeyDoorEnv(ReplayableEnv):
         if room.kind == "key":
             if self._taken[index]:
                 return "An empty key rack."
-            sign = f"A sign shows a {room.colour} key. " if self.clue_at_key else ""
+            shown = self._rooms[self._index("clue", room.lock)].colour
+            sign = f"A sign shows a {shown} key. " if self.clue_at_key else ""
             return f"{sign}Keys here: {', '.join(room.offered)}."
         if room.kind == "lock":
             return "An open door." if self._opened[index] else "A locked door."

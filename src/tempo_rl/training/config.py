@@ -420,6 +420,13 @@ class WarmStartConfig(_Model):
     balance_actions: bool = Field(
         default=True, description="weight each distinct expert action equally (rare decisive actions count)"
     )
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "env kwargs the demonstration games use instead of env.kwargs' (merged over them), e.g. "
+            '{ sign = "none" } for KeyDoor: the demos teach the walk, and RL must learn what the sign means'
+        ),
+    )
     critic_format_share: float = Field(
         default=0.5, ge=0.0, le=1.0, description="share of demos that add one critic answer-format example"
     )

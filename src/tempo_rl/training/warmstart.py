@@ -2,7 +2,8 @@
 
 Small local models start from random weights and would never produce a valid tool call, so RL would see no
 signal. The warm start behaviour-clones the env's expert (:meth:`ReplayableEnv.walkthrough`) on
-``warmstart.episodes`` training games:
+``warmstart.episodes`` training games (with ``warmstart.env_kwargs`` merged over ``env.kwargs``: e.g. demos from
+a variant whose expert's choices carry no preference the RL task rewards):
 
 * a demonstration is the actor's own conversation format (:func:`~tempo_rl.rollout.build_actor_messages`,
   observation turns, one tool call per turn), rendered token-exactly with the actor's renderer;
@@ -230,7 +231,10 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     with GuardedEnvCalls.beside(trainer.c.pool) as calls:
         for i in range(ws.episodes):
             try:
-                datums.extend(demonstration_datums(trainer, cfg.env.train_game(i), trainer.rng, calls))
+                spec, seed = cfg.env.train_game(i)
+                if ws.env_kwargs:
+                    spec = EnvSpec(name=spec.name, kwargs={**spec.kwargs, **ws.env_kwargs})
+                datums.extend(demonstration_datums(trainer, (spec, seed), trainer.rng, calls))
             except EnvWorkerError:
                 calls.failures += 1  # the demo is dropped, as a failed branch is in a rollout
     failures = calls.failures
