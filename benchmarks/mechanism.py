@@ -180,7 +180,7 @@ def keydoor_rule(setting: EnvSetting) -> EnvSetting:
     return replace(
         setting,
         kwargs={**setting.kwargs, "lock_colour": "blue"},
-        arms=tuple(a for a in ARMS if a != "oracle_pc"),  # nothing is sampled by older policies to correct
+        arms=tuple(a for a in ARMS if a != "oracle_pc"),  # prefix correction is asked on ``keydoor`` itself
         demo_kwargs={"lock_colour": "independent"},
         eval_temperature=0.3,
     )

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tempo_rl.training.checkpoint import latest_checkpoint
-from tempo_rl.training.config import ConfigError, load_config
+from tempo_rl.training.config import ConfigError, TrainConfig, load_config
 from tempo_rl.training.run import train_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,6 +73,13 @@ def _config_text(warmup: int = 1, td: int = 2, warmstart: bool = True) -> str:
         .replace("{td}", str(td))
         .replace("{warmstart}", "true" if warmstart else "false")
     )
+
+
+def _tiny_config(tmp_path: Path, overrides: list[str]) -> TrainConfig:
+    """The tiny local config (warm start on), written to ``tmp_path`` and loaded with ``overrides``."""
+    cfg_file = tmp_path / "tiny.toml"
+    cfg_file.write_text(_config_text())
+    return load_config(cfg_file, overrides)
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -204,14 +211,12 @@ def test_warm_start_critic_format_example_leaves_the_answer_prefix_to_the_prompt
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import demonstration_datums
 
-    cfg_file = tmp_path / "tiny.toml"
-    cfg_file.write_text(_config_text())
     overrides = [
         'sampling.critic_answer_prefix="<value>"',
         "sampling.critic_max_prompt_tokens=2000",
         "warmstart.critic_format_share=1.0",
     ]
-    config = load_config(cfg_file, overrides)
+    config = _tiny_config(tmp_path, overrides)
     trainer = build_trainer(config, tmp_path / "run")
     tokenizer = trainer.c.chat.tokenizer
     datums = demonstration_datums(trainer, (config.env.spec(), 3), np.random.default_rng(0))
@@ -243,10 +248,8 @@ def test_warm_start_critic_format_values_take_the_configured_levels(
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import demonstration_datums
 
-    cfg_file = tmp_path / "tiny.toml"
-    cfg_file.write_text(_config_text())
-    config = load_config(
-        cfg_file,
+    config = _tiny_config(
+        tmp_path,
         [
             'sampling.critic_answer_prefix="<value>"',
             "sampling.critic_max_prompt_tokens=2000",
@@ -347,14 +350,12 @@ def test_warm_start_plays_its_demonstrations_with_warmstart_env_kwargs(tmp_path:
     from tempo_rl.training import warmstart
     from tempo_rl.training.run import build_trainer
 
-    cfg_file = tmp_path / "tiny.toml"
-    cfg_file.write_text(_config_text())
     overrides = [
         'env.kwargs={horizon=12, keys=1, colours=2, lock_colour="blue"}',
         'warmstart.env_kwargs={lock_colour="independent"}',
         "warmstart.episodes=12",
     ]
-    config = load_config(cfg_file, overrides)
+    config = _tiny_config(tmp_path, overrides)
     trainer = build_trainer(config, tmp_path / "run")
     games = []
     real = warmstart.demonstration_datums
