@@ -13,10 +13,10 @@ Envs (``ENVS``):
   (``clue_at_key``) so the choice needs no memory, but its consequence shows only later: the first lock is 8
   rooms after the last key room, and the only reward is 1 at the far exit (the walkthrough takes 42 steps);
 * ``keydoor_rule``: the same corridor, but both locks need the blue key in every game (``lock_colour``), and the
-  shared warm start imitates demonstrations whose locks are drawn apart from their signs (``warmstart.env_kwargs``),
-  so it clones no key preference: a rule the 2-layer model can represent, learnt from reward alone (the signed
-  choice above needs an attention circuit it does not form within the budget, even with the oracle). Evaluated
-  at temperature 0.3 (the greedy argmax would be the warm start's coin flip);
+  shared warm start imitates 256 demonstration games whose locks are drawn apart from their signs
+  (``warmstart.env_kwargs``), so it clones no key preference: a rule the 2-layer model can represent, learnt
+  from reward alone (the signed choice above needs an attention circuit it does not form within the budget, even
+  with the oracle). Evaluated at temperature 0.3 (the greedy argmax would be the warm start's coin flip);
 * ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, H = 4, the verdict only when all
   3 are placed (``feedback = "final"``).
 
@@ -50,9 +50,10 @@ start 67 s, GRPO 95 s, oracle 113 s, Monte Carlo 95 s, generative 157 s; knights
 oracle 160 s, Monte Carlo 89 s. The full plan of then (5 seeds x (7 keydoor + 6 knights arms) + 10 warm starts)
 extrapolated to about 8,100 CPU seconds (the unmeasured arms at their env's measured mean, knights' generative
 arm at 1.5x): about 68 minutes with ``--jobs 2`` on an otherwise idle 2-core machine (the same runs took 1-9x
-longer in wall time on the shared development machine, loaded by other jobs). ``keydoor_rule``'s GRPO and oracle
-arms on 5 seeds took 694 s of wall time with ``--jobs 2`` (2,486 CPU seconds for the 10 arm-seeds); with its 6
-arms the full plan grows by about half.
+longer in wall time on the shared development machine, loaded by other jobs). ``keydoor_rule`` (third stop of
+2026-12-02, ``--jobs 2``): its 5 warm starts of 256 demo games took 117-130 s each; its GRPO and oracle arms on 5
+seeds 453 s of wall time at 4,608 env steps and 895 s at 9,216, its Monte Carlo arm 223 s at 4,608; with its
+6 arms the full plan grows by about half.
 
 Usage::
 
@@ -68,6 +69,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -82,8 +84,9 @@ import numpy as np
 @dataclass(frozen=True)
 class EnvSetting:
     """One benchmark environment: its kwargs, T (episode limit), H (macro-step rounds) and its arms; the
-    warm start's demonstrations use ``demo_kwargs`` over ``kwargs`` (``warmstart.env_kwargs``), and the
-    evaluations sample at ``eval_temperature``."""
+    warm start's demonstrations use ``demo_kwargs`` over ``kwargs`` (``warmstart.env_kwargs``), on
+    ``demo_episodes`` games (None: the scale's ``warmstart_episodes``); the evaluations sample at
+    ``eval_temperature``."""
 
     name: str
     kwargs: Mapping[str, Any]
@@ -92,6 +95,7 @@ class EnvSetting:
     arms: tuple[str, ...]
     demo_kwargs: Mapping[str, Any] = field(default_factory=dict)
     eval_temperature: float = 0.1
+    demo_episodes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -170,24 +174,30 @@ QUICK_ENVS: dict[str, EnvSetting] = {
 }
 
 
-def keydoor_rule(setting: EnvSetting) -> EnvSetting:
+def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSetting:
     """``keydoor_rule`` from a ``keydoor`` setting: the same corridor, but both locks need the blue key in every
     game (the signs show it), and the shared warm start imitates demonstrations whose locks are drawn apart from
     their signs (random key choices): a rule the 2-layer model can represent (a preference, no attention
     circuit), learnt from reward alone. Evaluated at temperature 0.3: near-greedy for the walk, while the key
     choice stays near the policy's P(blue) (at 0.1 the warm start's coin-flip preference decides it; at 1.0 the
-    42-step walk alone fails most episodes)."""
+    42-step walk alone fails most episodes).
+
+    Its warm start imitates ``demo_episodes`` = 256 distinct demo games, not the scale's 96 (measured on seeds
+    0-4, 2026-12-02, third stop; ``docs/results.md``): the steps wasted on inadmissible actions per evaluation
+    episode at temperature 0.3 were 2.4 / 9.9 / 18.3 / 0.0 / 28.4 with 96 games and 10.4 / 0.8 / 0.5 / 0.9 / 5.1
+    with 256 (the walk has 6 spare steps). Reward stays only at the exit: no invalid-action penalty."""
     return replace(
         setting,
         kwargs={**setting.kwargs, "lock_colour": "blue"},
         arms=tuple(a for a in ARMS if a != "oracle_pc"),  # prefix correction is asked on ``keydoor`` itself
         demo_kwargs={"lock_colour": "independent"},
         eval_temperature=0.3,
+        demo_episodes=demo_episodes,
     )
 
 
-for _table in (ENVS, QUICK_ENVS):
-    _table["keydoor_rule"] = keydoor_rule(_table["keydoor"])
+ENVS["keydoor_rule"] = keydoor_rule(ENVS["keydoor"], demo_episodes=256)
+QUICK_ENVS["keydoor_rule"] = keydoor_rule(QUICK_ENVS["keydoor"])
 
 FULL = Scale(
     seeds=(0, 1, 2, 3, 4),
@@ -325,7 +335,7 @@ def make_config(
             "optim": {"learning_rate": scale.learning_rate, "eps": 1e-6, "grad_clip_norm": 1.0},
             "warmstart": {
                 "enabled": True,
-                "episodes": scale.warmstart_episodes,
+                "episodes": scale.warmstart_episodes if env.demo_episodes is None else env.demo_episodes,
                 "epochs": scale.warmstart_epochs,
                 "noise": 0.1,
                 "learning_rate": 3e-3,
@@ -416,6 +426,7 @@ def warm_start_task(env: EnvSetting, scale: Scale, seed: int, work: Path, tok_di
         env.kwargs,
         env.demo_kwargs,
         env.eval_temperature,  # the step-0 point is evaluated here
+        *([] if env.demo_episodes is None else [{"demo_episodes": env.demo_episodes}]),
         {k: getattr(scale, k) for k in fields},
         seed,
     )
@@ -469,8 +480,9 @@ def arm_task(
     ``scale.eval_points`` evenly spaced env-step marks; cached in ``work``.
 
     Returns the run record: ``curve`` = ``[(env steps, tokens processed, eval success)]`` starting with the
-    warm start's ``(0, 0, success)``, ``updates`` (per update: env steps, tokens and ``_KEEP`` metrics), the
-    wall-time split and the final ``cost/*``.
+    warm start's ``(0, 0, success)``, ``updates`` (per update: env steps, tokens and ``_KEEP`` metrics),
+    ``evals`` (each evaluation's env steps and ``eval/*`` metrics, e.g. ``eval/invalid_actions_mean``, the steps
+    an episode wasted), the wall-time split and the final ``cost/*``.
     """
     from tempo_rl.training.run import build_trainer
 
@@ -481,6 +493,7 @@ def arm_task(
         env.eval_temperature,
         env.max_rounds,
         env.macro_rounds,
+        *([] if env.demo_episodes is None else [{"demo_episodes": env.demo_episodes}]),
         asdict(scale) | {"seeds": None, "envs": None},
         seed,
         ARMS[arm],
@@ -509,6 +522,7 @@ def arm_task(
     marks = [round(budget * (k + 1) / scale.eval_points) for k in range(scale.eval_points)]
     curve: list[tuple[int, int, float]] = [(0, 0, float(warm["metrics"]["eval/success_rate"]))]
     updates: list[dict[str, float]] = []
+    evals: list[dict[str, float]] = []  # each evaluation's ``eval/*`` metrics (wasted steps among them)
     time_s: dict[str, float] = {}
     eval_s = 0.0
     steps = tokens = 0
@@ -539,6 +553,9 @@ def arm_task(
                 res = trainer.run_async(trainer.evaluate(scale.eval_episodes, updates_done=len(curve)))
                 eval_s += time.perf_counter() - t0
                 curve.append((steps, tokens, float(res["eval/success_rate"])))
+                evals.append(
+                    {"env_steps": float(steps), **{k: v for k, v in res.items() if _finite(v) is not None}}
+                )
     finally:
         _close(trainer)
     wall = time.perf_counter() - t_start
@@ -551,6 +568,7 @@ def arm_task(
         "arm": arm,
         "curve": curve,
         "updates": updates,
+        "evals": evals,
         "time_s": time_s,
         "wall_s": wall,
         "cpu_s": time.process_time() - c_start,
@@ -566,6 +584,21 @@ def arm_task(
         flush=True,
     )
     return out
+
+
+def exit_with_parent(parent_pid: int, poll_s: float = 2.0) -> threading.Thread:
+    """A ``--jobs`` worker's initializer: a daemon thread ends the worker (``os._exit(1)``) once its parent
+    process ``parent_pid`` is gone (the worker is re-parented), so killing the benchmark does not leave
+    workers training on and writing into the old run. Returns the watching thread."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 # ------------------------------------------------------------------------------------------------ summary
@@ -605,13 +638,20 @@ def summarize(
     runs: Mapping[str, Mapping[str, Mapping[int, Mapping[str, Any]]]], scale: Scale
 ) -> dict[str, Any]:
     """Per env: each arm's seed-level figures (mean, SE), the paired oracle - GRPO AUC difference and the
-    tokens each arm needs to reach GRPO's final success (per seed, then mean over the seeds that reach it)."""
+    tokens each arm needs to reach GRPO's final success (per seed, then mean over the seeds that reach it; a seed
+    where GRPO ends no higher than it started counts as None: there is no GRPO gain to reach)."""
     out: dict[str, Any] = {}
     budget = scale.budget_steps
     for env_name, per_arm in runs.items():
         env_sum: dict[str, Any] = {"arms": {}}
         grpo = per_arm.get("grpo", {})
-        grpo_final = {s: float(interp_success(r["curve"], np.array([budget]))[0]) for s, r in grpo.items()}
+        # GRPO's final success per seed, where GRPO ended above its start: a seed where it did not (e.g. 0 -> 0)
+        # has nothing to reach (every arm would "reach" it at 0 tokens)
+        grpo_final = {
+            s: final
+            for s, r in grpo.items()
+            if (final := float(interp_success(r["curve"], np.array([budget]))[0])) > r["curve"][0][2] + 1e-12
+        }
         for arm, per_seed in per_arm.items():
             seeds = sorted(per_seed)
             finals = [float(interp_success(per_seed[s]["curve"], np.array([budget]))[0]) for s in seeds]
@@ -631,6 +671,14 @@ def summarize(
                 "tokens_to_grpo_final": mean_se(reach)[0],
                 "seeds_reaching_grpo_final": sum(1 for r in reach if r is not None),
                 "tokens_at_budget": mean_se([per_seed[s]["tokens"] for s in seeds])[0],
+                # unreadable or inadmissible actions per episode at the last evaluation (records made before
+                # 2026-12-02's third stop have no ``evals``: None)
+                "invalid_actions_final_per_seed": [
+                    _finite(ev[-1].get("eval/invalid_actions_mean"))
+                    if (ev := per_seed[s].get("evals"))
+                    else None
+                    for s in seeds
+                ],
                 "updates": mean_se([len(per_seed[s]["updates"]) for s in seeds])[0],
                 "wall_s": mean_se([per_seed[s]["wall_s"] for s in seeds])[0],
                 "time_split_s": {
@@ -866,7 +914,12 @@ def finish(
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="CI smoke run: one seed, short keydoor, tiny budget")
-    ap.add_argument("--out", default="benchmarks/results/mechanism", help="results folder (JSON + PNG)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="results folder (JSON + PNG); default benchmarks/results/mechanism, or with --from-results the "
+        "folder of that results.json",
+    )
     ap.add_argument(
         "--work", default="runs/mechanism-work", help="cache of warm starts and arm runs (git-ignored runs/)"
     )
@@ -888,7 +941,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = finish(
             results,
             scale,
-            Path(args.out),
+            Path(args.out) if args.out else Path(args.from_results).parent,
             float(results.get("wall_s", math.nan)),
             results["headline"]["estimate_full_plan"],
         )
@@ -905,7 +958,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.budget_steps:
         updates["budget_steps"] = args.budget_steps
     scale = replace(scale, **updates)
-    out_dir = Path(args.out)
+    out_dir = Path(args.out or "benchmarks/results/mechanism")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     plan = [
@@ -925,7 +978,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"))
+        pool = ProcessPoolExecutor(
+            args.jobs,
+            mp_context=mp.get_context("spawn"),
+            initializer=exit_with_parent,
+            initargs=(os.getpid(),),
+        )
     try:
         if pool is not None:
             warm_list = list(pool.map(warm_start_task, *zip(*ws_args)))

@@ -73,10 +73,11 @@ def test_summary_pairs_the_oracle_with_grpo_per_seed() -> None:
     assert diff["above_2se"] is False  # 0.1 < 2 x 0.0577
     oracle = summary["arms"]["oracle"]
     assert oracle["success_final"][0] == pytest.approx(0.4)
-    # GRPO's final success per seed, 0.2 / 0.4 / 0.0, is reached by the oracle at its last point (50 tokens)
-    # on seeds 0 and 1, and at step 0 (0 tokens) on seed 2
-    assert oracle["tokens_to_grpo_final_per_seed"] == [50.0, 50.0, 0.0]
-    assert oracle["seeds_reaching_grpo_final"] == 3
+    # GRPO's final success per seed, 0.2 / 0.4, is reached by the oracle at its last point (50 tokens) on
+    # seeds 0 and 1; on seed 2 GRPO stays at its start (0 -> 0): no gain to reach, so None, not 0 tokens
+    assert oracle["tokens_to_grpo_final_per_seed"] == [50.0, 50.0, None]
+    assert oracle["seeds_reaching_grpo_final"] == 2
+    assert oracle["tokens_to_grpo_final"] == 50.0
 
 
 def test_the_time_estimate_extrapolates_measured_arms_by_hand() -> None:
@@ -189,4 +190,101 @@ def test_keydoor_rule_rewards_blue_keys_and_demonstrates_random_ones(tmp_path: P
             assert c.env.kwargs["lock_colour"] == "blue"
             assert c.warmstart.env_kwargs == {"lock_colour": "independent"}
             assert c.sampling.eval_temperature == env.eval_temperature
-    assert mech.ENVS["keydoor"].demo_kwargs == {} and "lock_colour" not in mech.ENVS["keydoor"].kwargs
+            assert c.env.invalid_action_penalty == 0.0  # reward only at the exit
+    # the full run's demos: 256 games instead of the scale's 96; the smoke run keeps its scale's
+    full = mech.make_config(mech.ENVS["keydoor_rule"], mech.FULL, 0, "grpo", tmp_path / "f", tmp_path / "tok")
+    assert full.warmstart.episodes == 256 and mech.FULL.warmstart_episodes == 96
+    quick = mech.make_config(
+        mech.QUICK_ENVS["keydoor_rule"], mech.QUICK, 0, "grpo", tmp_path / "q", tmp_path / "t"
+    )
+    assert quick.warmstart.episodes == mech.QUICK.warmstart_episodes
+    keydoor = mech.ENVS["keydoor"]
+    assert keydoor.demo_kwargs == {} and "lock_colour" not in keydoor.kwargs
+    plain = mech.make_config(keydoor, mech.FULL, 0, "grpo", tmp_path / "k", tmp_path / "tok")
+    assert plain.warmstart.episodes == mech.FULL.warmstart_episodes
+
+
+def test_a_changed_demo_count_reruns_the_warm_start_and_the_arms(tmp_path: Path, monkeypatch) -> None:
+    """The demo count is part of both cache keys; the default (None) leaves the keys as they were."""
+    env = mech.QUICK_ENVS["keydoor_rule"]
+    seen: dict[str, list[str]] = {"warm": [], "arm": []}
+
+    def fake_key(*parts: object) -> str:
+        seen["warm" if parts[0] == "warmstart-generative" else "arm"].append(json.dumps(parts, default=str))
+        raise StopIteration  # stop each task right after its key is computed
+
+    monkeypatch.setattr(mech, "_cache_key", fake_key)
+    variants = [env, mech.replace(env, demo_episodes=7), mech.replace(env, demo_episodes=9)]
+    for v in variants:
+        with pytest.raises(StopIteration):
+            mech.warm_start_task(v, mech.QUICK, 0, tmp_path, tmp_path / "tok")
+        with pytest.raises(StopIteration):
+            mech.arm_task(v, mech.QUICK, 0, "grpo", tmp_path, tmp_path / "tok", {})
+    warm, arm = seen["warm"], seen["arm"]
+    assert len(set(warm)) == 3 and len(set(arm)) == 3
+    assert "demo_episodes" not in warm[0] and "demo_episodes" not in arm[0]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in state  # exited, not yet reaped by its new parent
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_a_jobs_worker_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """``--jobs`` workers watch their parent: SIGKILL the benchmark and its workers end too (within a poll)."""
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import multiprocessing as mp, os, sys, time\n"
+        f"sys.path.insert(0, {str(REPO / 'benchmarks')!r})\n"
+        "def child(parent):\n"
+        "    import mechanism\n"
+        "    mechanism.exit_with_parent(parent, poll_s=0.05)\n"
+        "    time.sleep(60)\n"
+        "if __name__ == '__main__':\n"
+        "    p = mp.get_context('spawn').Process(target=child, args=(os.getpid(),))\n"
+        "    p.start()\n"
+        "    print(p.pid, flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())
+        time.sleep(1.0)  # the worker imports the benchmark and starts watching
+        assert not _gone(worker)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 30
+        while not _gone(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(worker)
+    finally:
+        parent.kill()
+
+
+def test_from_results_rewrites_the_folder_it_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--from-results DIR/results.json`` recomputes the line and writes its JSON and figure into DIR, not into
+    the default results folder (which it used to overwrite)."""
+    pytest.importorskip("matplotlib")
+    import shutil
+
+    src = REPO / "benchmarks" / "results" / "mechanism-keydoor-rule" / "results.json"
+    default = REPO / "benchmarks" / "results" / "mechanism" / "results.json"
+    before = default.stat().st_mtime_ns
+    shutil.copy(src, tmp_path / "results.json")
+    assert mech.main(["--from-results", str(tmp_path / "results.json")]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    recorded = json.loads(src.read_text())["headline"]
+    assert line["keydoor_rule/auc_oracle_minus_grpo"] == recorded["keydoor_rule/auc_oracle_minus_grpo"]
+    assert (tmp_path / "mechanism.png").stat().st_size > 0
+    assert default.stat().st_mtime_ns == before

@@ -738,6 +738,10 @@ class MacroStepTrainer(abc.ABC):
             if branches
             else math.nan,
             "eval/steps_mean": float(np.mean([b.rounds for b in branches])) if branches else math.nan,
+            # steps an episode spent on unreadable or inadmissible actions (where the env lists its actions)
+            "eval/invalid_actions_mean": float(np.mean([b.invalid_actions for b in branches]))
+            if branches
+            else math.nan,
             "eval/valid_tool_call_rate": stats.valid_tool_calls / stats.turns if stats.turns else math.nan,
             "eval/episodes": float(len(branches)),
         }
