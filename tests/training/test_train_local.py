@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,6 +81,14 @@ def _tiny_config(tmp_path: Path, overrides: list[str]) -> TrainConfig:
     cfg_file = tmp_path / "tiny.toml"
     cfg_file.write_text(_config_text())
     return load_config(cfg_file, overrides)
+
+
+def _tiny_trainer(tmp_path: Path, overrides: list[str]) -> tuple[TrainConfig, Any]:
+    """:func:`_tiny_config` and the trainer built from it (run folder ``tmp_path / "run"``)."""
+    from tempo_rl.training.run import build_trainer
+
+    config = _tiny_config(tmp_path, overrides)
+    return config, build_trainer(config, tmp_path / "run")
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -208,7 +217,6 @@ def _actions(run_dir: Path) -> list[tuple[int, tuple[str, ...]]]:
 def test_warm_start_critic_format_example_leaves_the_answer_prefix_to_the_prompt(tmp_path: Path) -> None:
     import numpy as np
 
-    from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import demonstration_datums
 
     overrides = [
@@ -216,8 +224,7 @@ def test_warm_start_critic_format_example_leaves_the_answer_prefix_to_the_prompt
         "sampling.critic_max_prompt_tokens=2000",
         "warmstart.critic_format_share=1.0",
     ]
-    config = _tiny_config(tmp_path, overrides)
-    trainer = build_trainer(config, tmp_path / "run")
+    config, trainer = _tiny_trainer(tmp_path, overrides)
     tokenizer = trainer.c.chat.tokenizer
     datums = demonstration_datums(trainer, (config.env.spec(), 3), np.random.default_rng(0))
     critic = [d for d in datums if d.tags.get("role") == "critic"]
@@ -245,10 +252,9 @@ def test_warm_start_critic_format_values_take_the_configured_levels(
 ) -> None:
     import numpy as np
 
-    from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import demonstration_datums
 
-    config = _tiny_config(
+    config, trainer = _tiny_trainer(
         tmp_path,
         [
             'sampling.critic_answer_prefix="<value>"',
@@ -257,7 +263,6 @@ def test_warm_start_critic_format_values_take_the_configured_levels(
             f"warmstart.critic_format_levels={levels}",
         ],
     )
-    trainer = build_trainer(config, tmp_path / "run")
     tokenizer = trainer.c.chat.tokenizer
     rng = np.random.default_rng(0)
     seen: set[str] = set()
@@ -348,15 +353,13 @@ def test_warm_start_plays_its_demonstrations_with_warmstart_env_kwargs(tmp_path:
     they imitate takes red keys too (no key preference to clone)."""
     from tempo_rl.envs.keydoor import KeyDoorEnv
     from tempo_rl.training import warmstart
-    from tempo_rl.training.run import build_trainer
 
     overrides = [
         'env.kwargs={horizon=12, keys=1, colours=2, lock_colour="blue"}',
         'warmstart.env_kwargs={lock_colour="independent"}',
         "warmstart.episodes=12",
     ]
-    config = _tiny_config(tmp_path, overrides)
-    trainer = build_trainer(config, tmp_path / "run")
+    config, trainer = _tiny_trainer(tmp_path, overrides)
     games = []
     real = warmstart.demonstration_datums
 

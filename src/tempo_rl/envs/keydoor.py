@@ -164,9 +164,8 @@ class KeyDoorEnv(ReplayableEnv):
         if self.lock_colour == "independent":  # a second stream: the rest of the layout does not change
             other = random.Random(f"keydoor-locks:{self.horizon}:{self.keys}:{self.colours}:{seed or 0}")
             needed = [other.choice(palette) for _ in range(self.keys)]
-        elif (
-            self.lock_colour != "random"
-        ):  # drawn all the same, so that the rest of the layout does not change
+        elif self.lock_colour != "random":
+            # a fixed colour: drawn all the same above, so that the rest of the layout does not change
             needed = signs = [self.lock_colour] * self.keys
         # gap slots: after each clue (before its key), after each key, before each lock, before the exit
         # gap i*2: clue i -> key i; i*2+1: after key i; 2*keys+i: before lock i; 3*keys: last lock -> exit

@@ -424,7 +424,8 @@ class WarmStartConfig(_Model):
         default_factory=dict,
         description=(
             "env kwargs the demonstration games use instead of env.kwargs' (merged over them), e.g. "
-            '{ sign = "none" } for KeyDoor: the demos teach the walk, and RL must learn what the sign means'
+            '{ lock_colour = "independent" } for KeyDoor: the demos teach the walk and no key preference, so what '
+            "the actor learns about keys comes from RL"
         ),
     )
     critic_format_share: float = Field(
