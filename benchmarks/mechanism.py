@@ -174,11 +174,6 @@ QUICK_ENVS: dict[str, EnvSetting] = {
 }
 
 
-#: ``keydoor_rule``'s exit reward ``1 - d * t / T`` (``KeyDoorEnv.exit_decay``): an exit within the step limit
-#: is worth 0.5-0.56, and each wasted step costs 0.5 / 48 of it (chosen once, not tuned: see ``keydoor_rule``).
-EXIT_DECAY = 0.5
-
-
 def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSetting:
     """``keydoor_rule`` from a ``keydoor`` setting: the same corridor, but both locks need the blue key in every
     game (the signs show it), and the shared warm start imitates demonstrations whose locks are drawn apart from
@@ -193,7 +188,7 @@ def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSe
     with 256 (the walk has 6 spare steps). Reward stays only at the exit: no invalid-action penalty."""
     return replace(
         setting,
-        kwargs={**setting.kwargs, "lock_colour": "blue", "exit_decay": EXIT_DECAY},
+        kwargs={**setting.kwargs, "lock_colour": "blue"},
         arms=tuple(a for a in ARMS if a != "oracle_pc"),  # prefix correction is asked on ``keydoor`` itself
         demo_kwargs={"lock_colour": "independent"},
         eval_temperature=0.3,

@@ -289,26 +289,3 @@ def test_knights_oracle_matches_breadth_first_search(
     assert env.shortest_solve_steps() == expected
     budget = env.max_steps - env._steps
     assert env.oracle_value(100) == (1.0 if expected is not None and expected <= budget else 0.0)
-
-
-def test_keydoor_exit_decay_prices_each_step_in_the_reward_and_the_oracle() -> None:
-    # horizon 16, one key: the walkthrough is 13 steps, so the fastest exit pays 1 - 0.5 * 13 / 16 = 0.59375
-    env = KeyDoorEnv(horizon=16, keys=1, colours=2, clue_gap=0, exit_decay=0.5)
-    env.reset(0)
-    plan = list(env.walkthrough() or ())
-    assert len(plan) == 13
-    assert env.oracle_value(16) == pytest.approx(0.59375)
-    env.step("nonsense")  # one wasted step: the best exit is now at step 14
-    assert env.oracle_value(15) == pytest.approx(1 - 0.5 * 14 / 16)
-    result = None
-    for action in plan:
-        result = env.step(action)
-    assert result is not None and result.terminated and result.info["won"]
-    assert result.reward == pytest.approx(1 - 0.5 * 14 / 16)
-    assert env.oracle_value(2) == 0.0
-
-
-@pytest.mark.parametrize("bad", [-0.1, 1.0, True, "0.5"])
-def test_keydoor_exit_decay_must_be_in_unit_interval(bad: object) -> None:
-    with pytest.raises(ValueError, match="exit_decay"):
-        KeyDoorEnv(horizon=16, keys=1, colours=2, exit_decay=bad)  # type: ignore[arg-type]

@@ -12,9 +12,8 @@ The agent walks a corridor of rooms to the exit. Along the way, for each of ``ke
 The lock never names its colour, so the clue must be remembered from the sign until the key choice (unless
 ``clue_at_key`` repeats it in the key room), and a wrong (or skipped-and-forgotten) choice early in the episode
 makes success impossible many steps later; nothing says "you lost": the episode simply runs to its step limit.
-Reward comes only on leaving through the exit (``terminated=True``): 1, or with ``exit_decay`` = d the
-time-discounted ``1 - d * t / horizon`` for an exit at step t (MiniGrid's convention, so that a faster exit
-is worth more); reaching ``horizon`` steps first gives ``truncated=True`` and reward 0. The horizon is a parameter; the corridor is sized so that the expert
+Reward is 1 only on leaving through the exit (``terminated=True``); reaching ``horizon`` steps first gives
+``truncated=True`` and reward 0. The horizon is a parameter; the corridor is sized so that the expert
 walkthrough takes about ``horizon - max(3, horizon // 8)`` steps, so there is little slack for detours.
 
 Actions (2 words): ``go on``, ``go back``, ``take <colour>``, ``open door``. Anything else -> ``"Nothing
@@ -88,10 +87,6 @@ class KeyDoorEnv(ReplayableEnv):
             apart from its sign's, so the signs say nothing and the walkthrough's key choices are random:
             demonstrations of the walk with no key preference (e.g. the warm start's games,
             ``warmstart.env_kwargs``, for a fixed colour).
-        exit_decay: d in [0, 1): the exit's reward is ``1 - d * t / horizon`` when the agent leaves at step t
-            (default 0: always 1). Still one reward at the very end, but every wasted step costs ``d /
-            horizon`` of it, so a critic that knows the steps left can price a wasted step inside any
-            macro-step, while a binary exit reward prices it only once the spare steps run out.
     """
 
     def __init__(
@@ -103,7 +98,6 @@ class KeyDoorEnv(ReplayableEnv):
         lock_gap: int | None = None,
         clue_at_key: bool = False,
         lock_colour: str = "random",
-        exit_decay: float = 0.0,
     ) -> None:
         if not isinstance(horizon, int) or not 12 <= horizon <= 200:
             raise ValueError(f"horizon must be an int in 12..200, got {horizon!r}")
@@ -141,10 +135,7 @@ class KeyDoorEnv(ReplayableEnv):
             )
         if not isinstance(clue_at_key, bool):
             raise ValueError(f"clue_at_key must be true or false, got {clue_at_key!r}")
-        if isinstance(exit_decay, bool) or not isinstance(exit_decay, int | float) or not 0 <= exit_decay < 1:
-            raise ValueError(f"exit_decay must be a number in [0, 1), got {exit_decay!r}")
         self.horizon = horizon
-        self.exit_decay = float(exit_decay)
         self.keys = keys
         self.colours = colours
         self.clue_gap = clue_gap
@@ -279,13 +270,7 @@ class KeyDoorEnv(ReplayableEnv):
         truncated = not won and self._steps >= self.horizon
         self._won = won
         self._done = won or truncated
-        reward = self.exit_reward(self._steps) if won else 0.0
-        return StepResult(self._observation(feedback), reward, won, truncated, info={"won": won})
-
-    def exit_reward(self, step: int) -> float:
-        """The reward of leaving through the exit at step ``step`` (1-based): ``1 - exit_decay * step /
-        horizon``."""
-        return 1.0 - self.exit_decay * step / self.horizon
+        return StepResult(self._observation(feedback), 1.0 if won else 0.0, won, truncated, info={"won": won})
 
     def _apply(self, action: str) -> tuple[str, bool]:
         index = self._room
@@ -409,13 +394,12 @@ class KeyDoorEnv(ReplayableEnv):
         return max(0, p - q) + (exit_room - min(p, q)) + 1 + deficit + len(unopened)
 
     def oracle_value(self, steps_left: int) -> float | None:
-        """The optimal return from here: with ``n`` = :meth:`shortest_exit_steps` and ``t`` the steps taken,
-        ``V* = 1 - exit_decay * (t + n) / horizon`` (:meth:`exit_reward` of the fastest exit) when ``n <=
-        min(steps_left, horizon - t)``, else 0. 0 once the episode is over."""
+        """``V* = 1`` when the exit can be reached within ``min(steps_left, horizon - steps)`` more steps, else
+        0 (reward 1 only at the exit; see :meth:`shortest_exit_steps`). 0 once the episode is over."""
         check_steps_left(steps_left)
         need = self.shortest_exit_steps()
         budget = min(steps_left, self.horizon - self._steps)
-        return self.exit_reward(self._steps + need) if need is not None and need <= budget else 0.0
+        return 1.0 if need is not None and need <= budget else 0.0
 
     def _index(self, kind: str, lock: int) -> int:
         return next(j for j, r in enumerate(self._rooms) if r.kind == kind and r.lock == lock)
