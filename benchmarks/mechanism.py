@@ -16,7 +16,7 @@ Envs (``ENVS``):
   shared warm start imitates 256 demonstration games whose locks are drawn apart from their signs
   (``warmstart.env_kwargs``), so it clones no key preference: a rule the 2-layer model can represent, learnt
   from reward alone (the signed choice above needs an attention circuit it does not form within the budget, even
-  with the oracle). Evaluated at temperature 0.3 (the greedy argmax would be the warm start's coin flip);
+  with the oracle). Evaluated at the sampling temperature (1.0): the policy RL trains (see ``keydoor_rule``);
 * ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, H = 4, the verdict only when all
   3 are placed (``feedback = "final"``).
 
@@ -38,10 +38,14 @@ seeds it is positive, the tokens processed (``cost/tokens`` = prefill + sampled 
 reach GRPO's final success of the same seed, and the generative critic's value correlation with the Monte Carlo
 targets at the end of its warm-up. Curves: success against env steps and against tokens processed.
 
-Every (env, seed) warm start and every (env, seed, arm) run is cached in ``--work`` (default ``OUT/work``) as
-soon as it finishes, keyed by its configuration (default ``runs/mechanism-work``, git-ignored): an interrupted
-run resumes where it stopped, and ``--seeds`` / ``--arms`` add to what is there. ``--jobs N`` runs the warm starts, then the arm runs, in N processes. The one
-JSON line (stdout) also carries the estimated time of the whole full plan at 2 processes, extrapolated from
+Every (env, seed) warm start and every (env, seed, arm) run is cached in ``--work`` (default
+``runs/mechanism-work``, git-ignored) as soon as it finishes, keyed by its whole validated config and a digest of
+the code (:func:`config_key`, :func:`code_fingerprint`): an interrupted run resumes where it stopped, ``--seeds``
+/ ``--arms`` add to what is there, and a changed config or code never reuses an old run. (Until 2026-12-03 the
+key held a hand-picked list of fields, and the committed ``keydoor_rule`` results of 2026-12-02 came from cached
+runs whose evaluations charged an invalid-action penalty the code did not set: their warm-start returns are
+negative. They were rerun.) Each arm run also saves its final policy (``final_state`` in its record).
+``--jobs N`` runs the warm starts, then the arm runs, in N processes. The one JSON line (stdout) also carries the estimated time of the whole full plan at 2 processes, extrapolated from
 the arm-seeds measured so far (``estimate_full_plan``; see :func:`estimate`; with ``--quick``: of the quick
 plan, at ``--jobs``).
 
@@ -53,7 +57,8 @@ arm at 1.5x): about 68 minutes with ``--jobs 2`` on an otherwise idle 2-core mac
 longer in wall time on the shared development machine, loaded by other jobs). ``keydoor_rule`` (third stop of
 2026-12-02, ``--jobs 2``): its 5 warm starts of 256 demo games took 117-130 s each; its GRPO and oracle arms on 5
 seeds 453 s of wall time at 4,608 env steps and 895 s at 9,216, its Monte Carlo arm 223 s at 4,608; with its
-6 arms the full plan grows by about half.
+6 arms the full plan grows by about half. With 32 evaluation games (2026-12-03) the 5 warm starts and the GRPO
+and oracle arms of 5 seeds took 13.6 minutes of wall time at 4,608 env steps (``--jobs 2``, idle machine).
 
 Usage::
 
@@ -65,6 +70,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -178,20 +184,24 @@ def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSe
     """``keydoor_rule`` from a ``keydoor`` setting: the same corridor, but both locks need the blue key in every
     game (the signs show it), and the shared warm start imitates demonstrations whose locks are drawn apart from
     their signs (random key choices): a rule the 2-layer model can represent (a preference, no attention
-    circuit), learnt from reward alone. Evaluated at temperature 0.3: near-greedy for the walk, while the key
-    choice stays near the policy's P(blue) (at 0.1 the warm start's coin-flip preference decides it; at 1.0 the
-    42-step walk alone fails most episodes).
+    circuit), learnt from reward alone. Evaluated at the sampling temperature, 1.0: the success of the policy
+    RL trains. A near-greedy evaluation measures another policy: at 0.3 (measured 2026-12-03, seed 3, 32 games)
+    the oracle arm learnt the blue key (0 of 64 key choices blue at the warm start, 64 of 64 after 4,608 env
+    steps) while success stayed 0, because the trained policy's argmax at a lock became ``go on`` (``"The door
+    is locked."``, 25 wasted steps a game), a choice V* does not price until the spare steps run out; at 1.0 the
+    same policy succeeded in 9% of games (warm start 0%).
 
     Its warm start imitates ``demo_episodes`` = 256 distinct demo games, not the scale's 96 (measured on seeds
     0-4, 2026-12-02, third stop; ``docs/results.md``): the steps wasted on inadmissible actions per evaluation
     episode at temperature 0.3 were 2.4 / 9.9 / 18.3 / 0.0 / 28.4 with 96 games and 10.4 / 0.8 / 0.5 / 0.9 / 5.1
-    with 256 (the walk has 6 spare steps). Reward stays only at the exit: no invalid-action penalty."""
+    with 256 (the walk has 6 spare steps; those runs were not reproduced by the code since, see
+    ``docs/results.md``). Reward stays only at the exit: no invalid-action penalty."""
     return replace(
         setting,
         kwargs={**setting.kwargs, "lock_colour": "blue"},
         arms=tuple(a for a in ARMS if a != "oracle_pc"),  # prefix correction is asked on ``keydoor`` itself
         demo_kwargs={"lock_colour": "independent"},
-        eval_temperature=0.3,
+        eval_temperature=1.0,
         demo_episodes=demo_episodes,
     )
 
@@ -204,7 +214,7 @@ FULL = Scale(
     envs=("keydoor", "keydoor_rule", "knights"),
     budget_steps=4608,
     eval_points=6,
-    eval_episodes=16,
+    eval_episodes=32,
     warmstart_episodes=96,
     warmstart_epochs=3,
     hidden_size=64,
@@ -367,6 +377,57 @@ def _cache_key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+@functools.cache
+def code_fingerprint() -> str:
+    """A digest of the code a cached result depends on: every ``.py`` file of the installed ``tempo_rl`` package
+    and this benchmark's own source, each as its syntax tree without docstrings (:func:`_code_of`), plus the
+    package's ``.toml`` files. Part of every cache key, so that a change to the code (an env's reward, a default,
+    this file's ``make_config``) is never answered from runs of the old code, while a reworded docstring, a
+    comment or a reformat keeps the cache."""
+    import hashlib
+
+    import tempo_rl
+
+    digest = hashlib.sha256(_code_of(Path(__file__).read_text()).encode())
+    root = Path(tempo_rl.__file__).parent
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".toml") and path.is_file():
+            text = path.read_text()
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update((_code_of(text) if path.suffix == ".py" else text).encode())
+    return digest.hexdigest()[:12]
+
+
+def _code_of(source: str) -> str:
+    """``source``'s syntax tree (``ast.dump``) with every module, class and function docstring removed."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def config_key(kind: str, cfg: Any, *extra: Any) -> str:
+    """The cache key of a run: ``kind``, its whole validated config (less the paths derived from the key
+    itself: run and state folders; the tokenizer by its folder name, which is keyed on what built it), the
+    code it ran (:func:`code_fingerprint`) and ``extra`` (what the config does not hold: budget, eval marks,
+    the warm start's key)."""
+    dump = cfg.model_dump(mode="json")
+    dump["run"].pop("run_dir", None)
+    dump["backend"].pop("state_dir", None)
+    dump["backend"]["tokenizer_path"] = Path(str(dump["backend"]["tokenizer_path"])).name
+    return _cache_key(kind, dump, code_fingerprint(), *extra)
+
+
 def _read_cached(path: Path, key: str) -> dict[str, Any] | None:
     if not path.exists():
         return None
@@ -388,7 +449,7 @@ def build_env_tokenizer(env: EnvSetting, scale: Scale, work: Path) -> Path:
     from tempo_rl.backends.local.tokenizer import build_tokenizer
     from tempo_rl.training.run import env_corpus
 
-    tok_dir = work / f"{env.name}-{_cache_key(env.kwargs, scale.vocab_size)}-tokenizer"
+    tok_dir = work / f"{env.name}-{_cache_key(env.kwargs, scale.vocab_size, code_fingerprint())}-tokenizer"
     if not tok_dir.is_dir():
         probe = make_config(env, scale, 0, "oracle", work / "probe", tok_dir)
         tmp = tok_dir.with_name(tok_dir.name + ".tmp")
@@ -411,39 +472,25 @@ def warm_start_task(env: EnvSetting, scale: Scale, seed: int, work: Path, tok_di
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import warm_start
 
-    # what the warm start depends on (a different budget or arm setting reuses it)
-    fields = (
-        "eval_episodes",
-        "warmstart_episodes",
-        "warmstart_epochs",
-        "hidden_size",
-        "num_layers",
-        "vocab_size",
-        "max_trajectory_tokens",  # sets the model's max_positions
-    )
-    key = _cache_key(
-        "warmstart-generative",
-        env.kwargs,
-        env.demo_kwargs,
-        env.eval_temperature,  # the step-0 point is evaluated here
-        *([] if env.demo_episodes is None else [{"demo_episodes": env.demo_episodes}]),
-        {k: getattr(scale, k) for k in fields},
-        seed,
-    )
-    ws_dir = work / f"{env.name}-seed{seed}-warmstart-{key}"
     # built as the generative arm: its critic renders the warm start's critic answer-format examples (an oracle
-    # critic has no prompt, and the generative arm's critic would never learn to answer); every arm starts here
-    cfg = make_config(env, scale, seed, "generative", ws_dir, tok_dir)
+    # critic has no prompt, and the generative arm's critic would never learn to answer); every arm starts here.
+    # The demos come from seeds disjoint from the RL and evaluation games.
+    def config(run_dir: Path) -> Any:
+        cfg = make_config(env, scale, seed, "generative", run_dir, tok_dir)
+        return cfg.model_copy(
+            update={"env": cfg.env.model_copy(update={"train_seed_start": 500_000 + 10_000 * seed})}
+        )
+
+    # keyed on the whole config and the code (a different budget or arm reuses it; a different config does not)
+    key = config_key("warmstart", config(work / "probe"))
+    ws_dir = work / f"{env.name}-seed{seed}-warmstart-{key}"
+    cfg = config(ws_dir)
     record = ws_dir / "warmstart.json"
     cached = _read_cached(record, key)
     if cached is not None and Path(cached["state"]).exists():
         return cached
     ws_dir.mkdir(parents=True, exist_ok=True)
     t0, c0 = time.perf_counter(), time.process_time()
-    # demos from seeds disjoint from the RL and evaluation games
-    cfg = cfg.model_copy(
-        update={"env": cfg.env.model_copy(update={"train_seed_start": 500_000 + 10_000 * seed})}
-    )
     trainer = build_trainer(cfg, ws_dir)
     try:
         metrics = warm_start(trainer)
@@ -486,17 +533,11 @@ def arm_task(
     """
     from tempo_rl.training.run import build_trainer
 
-    key = _cache_key(
+    key = config_key(
         "arm",
-        env.kwargs,
-        env.demo_kwargs,
-        env.eval_temperature,
-        env.max_rounds,
-        env.macro_rounds,
-        *([] if env.demo_episodes is None else [{"demo_episodes": env.demo_episodes}]),
-        asdict(scale) | {"seeds": None, "envs": None},
-        seed,
-        ARMS[arm],
+        make_config(env, scale, seed, arm, work / "probe", tok_dir),
+        {"budget_steps": scale.budget_steps, "eval_points": scale.eval_points},
+        warm["key"],
     )
     run_dir = work / f"{env.name}-seed{seed}-{arm}-{key}"
     record = work / f"{env.name}-seed{seed}-{arm}-{key}.json"
@@ -556,6 +597,7 @@ def arm_task(
                 evals.append(
                     {"env_steps": float(steps), **{k: v for k, v in res.items() if _finite(v) is not None}}
                 )
+        final_state = trainer.c.training_client.save_state("final")  # for probing the trained policy later
     finally:
         _close(trainer)
     wall = time.perf_counter() - t_start
@@ -575,6 +617,7 @@ def arm_task(
         "steps": steps,
         "tokens": tokens,
         "cost": {k: v for k, v in last.items() if k.startswith(("cost/", "critic/mc_"))},
+        "final_state": str(final_state),
     }
     _write_json(record, out)
     print(

@@ -204,25 +204,52 @@ def test_keydoor_rule_rewards_blue_keys_and_demonstrates_random_ones(tmp_path: P
     assert plain.warmstart.episodes == mech.FULL.warmstart_episodes
 
 
-def test_a_changed_demo_count_reruns_the_warm_start_and_the_arms(tmp_path: Path, monkeypatch) -> None:
-    """The demo count is part of both cache keys; the default (None) leaves the keys as they were."""
+def test_cache_keys_follow_the_whole_config_and_the_code(tmp_path: Path, monkeypatch) -> None:
+    """A cached warm start or arm run is reused only by the same config and the same code: a field
+    ``make_config`` does not set (``env.invalid_action_penalty``: results of 2026-12-02 were once served from runs
+    made with a penalty the code no longer set), the demo count or the code change both keys; the folder
+    the runs are cached in does not."""
     env = mech.QUICK_ENVS["keydoor_rule"]
-    seen: dict[str, list[str]] = {"warm": [], "arm": []}
+    seen: list[tuple[str, str]] = []
 
     def fake_key(*parts: object) -> str:
-        seen["warm" if parts[0] == "warmstart-generative" else "arm"].append(json.dumps(parts, default=str))
+        seen.append((str(parts[0]), json.dumps(parts, default=str)))
         raise StopIteration  # stop each task right after its key is computed
 
+    def keys(setting: object = env, work: Path = tmp_path) -> tuple[str, str]:
+        seen.clear()
+        with pytest.raises(StopIteration):
+            mech.warm_start_task(setting, mech.QUICK, 0, work, tmp_path / "tok")
+        with pytest.raises(StopIteration):
+            mech.arm_task(setting, mech.QUICK, 0, "grpo", work, tmp_path / "tok", {"key": "w"})
+        assert [kind for kind, _ in seen] == ["warmstart", "arm"]
+        return seen[0][1], seen[1][1]
+
     monkeypatch.setattr(mech, "_cache_key", fake_key)
-    variants = [env, mech.replace(env, demo_episodes=7), mech.replace(env, demo_episodes=9)]
-    for v in variants:
-        with pytest.raises(StopIteration):
-            mech.warm_start_task(v, mech.QUICK, 0, tmp_path, tmp_path / "tok")
-        with pytest.raises(StopIteration):
-            mech.arm_task(v, mech.QUICK, 0, "grpo", tmp_path, tmp_path / "tok", {})
-    warm, arm = seen["warm"], seen["arm"]
-    assert len(set(warm)) == 3 and len(set(arm)) == 3
-    assert "demo_episodes" not in warm[0] and "demo_episodes" not in arm[0]
+    base = keys()
+    assert keys(work=tmp_path / "elsewhere") == base
+    more_demos = keys(mech.replace(env, demo_episodes=7))
+    make = mech.make_config
+
+    def with_penalty(*args: object, **kwargs: object) -> object:
+        cfg = make(*args, **kwargs)
+        return cfg.model_copy(update={"env": cfg.env.model_copy(update={"invalid_action_penalty": 0.1})})
+
+    monkeypatch.setattr(mech, "make_config", with_penalty)
+    penalised = keys()
+    monkeypatch.setattr(mech, "make_config", make)
+    monkeypatch.setattr(mech, "code_fingerprint", lambda: "other-code")
+    other_code = keys()
+    for variant in (more_demos, penalised, other_code):
+        assert variant[0] != base[0] and variant[1] != base[1]
+
+
+def test_the_code_fingerprint_ignores_docstrings_comments_and_layout() -> None:
+    plain = mech._code_of("x = 1\n\n\ndef f():\n    return 2\n")
+    assert mech._code_of('"""Module."""\nx = 1  # one\ndef f():\n    """Doc."""\n    return 2\n') == plain
+    assert mech._code_of("x = 1\n\n\ndef f():\n    return 3\n") != plain
+    assert mech._code_of('def f():\n    """Only a docstring."""\n') == mech._code_of("def f():\n    pass\n")
+    assert len(mech.code_fingerprint()) == 12
 
 
 def _gone(pid: int) -> bool:

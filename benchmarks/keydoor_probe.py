@@ -1,0 +1,125 @@
+"""Probe a saved policy of the mechanism benchmark's ``keydoor_rule``: what it decides, and where it fails.
+
+A success rate mixes two things on ``keydoor_rule``: the key rule (take the blue key in both key rooms, the
+decision TEMPO's critic is meant to credit) and the 42-step walk (``go on``, and ``open door`` at each lock).
+This plays a policy state (a warm start's ``warmstart.pt`` or an arm's ``final_state``) on the benchmark's first
+``--games`` evaluation games at ``--temperature`` and reports them apart:
+
+* ``success``: the share of games won;
+* ``right_key_share``: of all ``take <colour>`` actions, the share that took the colour every lock needs;
+* ``right_keys``: the share of games whose first two ``take`` actions both took it;
+* ``success_given_right_keys``: success among those games (the walk's share of the failures);
+* ``wasted_steps_mean``: unreadable or inadmissible actions per game;
+* ``top_actions``: the most frequent actions, with counts (e.g. ``open on``, a broken ``open door``).
+
+Usage::
+
+    python benchmarks/keydoor_probe.py --state WORK/keydoor-seed3-oracle-KEY/backend_states/final.pt --seed 3
+
+One JSON line. ``--work`` is the benchmark's cache folder (for the tokenizer; default ``runs/mechanism-work``);
+``--quick`` probes at the benchmark's ``--quick`` scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _mechanism() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "mechanism_benchmark", Path(__file__).with_name("mechanism.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def key_report(
+    actions: Sequence[Sequence[str]], won: Sequence[bool], wasted: Sequence[int], right: str
+) -> dict:
+    """The probe's figures from each game's actions, outcome and wasted steps; ``right`` is the key colour every
+    lock needs (see the module docstring)."""
+    takes = [a for game in actions for a in game if a.startswith("take ")]
+    right_keys = [[a for a in game if a.startswith("take ")][:2] == [f"take {right}"] * 2 for game in actions]
+    n = len(actions)
+    n_right = sum(right_keys)
+    return {
+        "games": n,
+        "success": sum(won) / n if n else None,
+        "right_key_share": sum(a == f"take {right}" for a in takes) / len(takes) if takes else None,
+        "right_keys": n_right / n if n else None,
+        "success_given_right_keys": sum(w for w, r in zip(won, right_keys) if r) / n_right
+        if n_right
+        else None,
+        "wasted_steps_mean": sum(wasted) / n if n else None,
+        "top_actions": Counter(a for game in actions for a in game).most_common(6),
+    }
+
+
+def probe(state: str, seed: int, games: int, temperature: float, work: Path, quick: bool = False) -> dict:
+    """Play ``state`` on the first ``games`` evaluation games of ``keydoor_rule`` (seed ``seed``'s config) and
+    return :func:`key_report`'s figures."""
+    from tempo_rl.training.run import build_trainer
+
+    mech = _mechanism()
+    env = (mech.QUICK_ENVS if quick else mech.ENVS)["keydoor_rule"]
+    scale = mech.QUICK if quick else mech.FULL
+    tok = mech.build_env_tokenizer(env, scale, work)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = mech.make_config(env, scale, seed, "oracle", Path(tmp), tok)
+        cfg = cfg.model_copy(
+            update={
+                "env": cfg.env.model_copy(update={"num_eval_seeds": games}),
+                "warmstart": cfg.warmstart.model_copy(update={"enabled": False}),
+            }
+        )
+        trainer = build_trainer(cfg, Path(tmp), backend_state=state)
+        try:
+            starts, _ = trainer.run_async(
+                trainer.fresh_starts(1, [cfg.env.eval_game(j) for j in range(games)])
+            )
+            try:
+                settings = trainer.rollout_settings(segment_rounds=None, temperature=temperature, seed=seed)
+                results, _ = trainer.run_async(trainer.rollout(starts, settings))
+            finally:
+                trainer.close_envs(starts)
+        finally:
+            mech._close(trainer)
+    branches = [row[0] for row in results]
+    report = key_report(
+        [b.actions for b in branches],
+        [bool(b.won) for b in branches],
+        [int(b.invalid_actions) for b in branches],
+        str(env.kwargs["lock_colour"]),
+    )
+    return {"state": state, "seed": seed, "temperature": temperature, **report}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--state", required=True, help="a backend state file (warmstart.pt or an arm's final.pt)")
+    ap.add_argument("--seed", type=int, required=True, help="the benchmark seed the state belongs to")
+    ap.add_argument("--games", type=int, default=32, help="evaluation games to play")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    ap.add_argument("--work", default="runs/mechanism-work", help="the benchmark's cache (for its tokenizer)")
+    ap.add_argument("--quick", action="store_true", help="the benchmark's --quick scale")
+    args = ap.parse_args(argv)
+    if not Path(args.state).is_file():
+        ap.error(f"--state {args.state!r} is not a file: pass a warmstart.pt or an arm record's final_state")
+    out = probe(args.state, args.seed, args.games, args.temperature, Path(args.work), quick=args.quick)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
