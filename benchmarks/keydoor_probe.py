@@ -23,7 +23,7 @@ One JSON line. ``--work`` is the benchmark's cache folder (for the tokenizer; de
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import sys
 import tempfile
@@ -34,14 +34,9 @@ from typing import Any
 
 
 def _mechanism() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "mechanism_benchmark", Path(__file__).with_name("mechanism.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    """``mechanism.py`` beside this script, imported as a module."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    return importlib.import_module("mechanism")
 
 
 def key_report(

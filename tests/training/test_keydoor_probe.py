@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from benchmark_runs import REPO
+from benchmark_runs import load_benchmark
 
-
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_under_test", REPO / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-probe = _module("keydoor_probe")
+probe = load_benchmark("keydoor_probe")
 
 
 def test_key_report_by_hand() -> None:
@@ -41,7 +29,7 @@ def test_key_report_by_hand() -> None:
 
 
 def test_probe_plays_a_tiny_warm_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    mech = _module("mechanism")
+    mech = load_benchmark("mechanism")
     env = mech.QUICK_ENVS["keydoor_rule"]
     tok = mech.build_env_tokenizer(env, mech.QUICK, tmp_path)
     warm = mech.warm_start_task(env, mech.QUICK, 0, tmp_path, tok)

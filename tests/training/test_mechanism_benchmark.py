@@ -3,7 +3,6 @@ line, results.json, the PNG, every arm at the same env-step budget, a second cal
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -11,19 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmark_runs import REPO, run_benchmark
+from benchmark_runs import REPO, load_benchmark, run_benchmark
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location("mechanism_benchmark", REPO / "benchmarks" / "mechanism.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-mech = _module()
+mech = load_benchmark("mechanism")
 
 
 def test_auc_tokens_and_standard_errors_by_hand() -> None:
