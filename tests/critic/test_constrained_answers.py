@@ -25,6 +25,7 @@ from tempo_rl.critic import (
     level_values,
     restricted_probs,
 )
+from tempo_rl.critic.levels import two_hot
 
 PARAMS = SamplingParams(max_tokens=6)
 PROMPT = (1, 2, 3)
@@ -127,10 +128,43 @@ def test_constrained_critic_scores_each_answer_and_draws_from_the_restricted_dis
     np.testing.assert_array_equal(again.values, est.values)  # seeded
 
 
+def test_expected_answers_carry_every_scored_answer_for_the_log_loss() -> None:
+    scorer = TableScorer({ord("0"): math.log(0.2), ord("1"): math.log(0.6)})
+    est = asyncio.run(critic("expected", levels=3).estimate(query(), 2, scorer, seed=3))
+    assert [a.sequence.text for a in est.answers] == ["0.0</value>", "0.5</value>", "1.0</value>"]
+    assert [a.value for a in est.answers] == [0.0, 0.5, 1.0]
+    assert all(a.prompt_tokens == (*PROMPT, *map(ord, "<value>")) for a in est.answers)
+    # "0.5</value>": "0" (0.2), then 10 characters at 0.5; the unrestricted per-token logprobs of each answer
+    assert est.answers[1].sequence.logprobs == pytest.approx((math.log(0.2), *[math.log(0.5)] * 10))
+    assert est.answers[2].sequence.logprobs[0] == pytest.approx(math.log(0.6))
+
+
+def test_two_hot_by_hand() -> None:
+    assert two_hot(0.3, 2).tolist() == pytest.approx([0.7, 0.3])
+    assert two_hot(0.6, 5).tolist() == pytest.approx([0.0, 0.0, 0.6, 0.4, 0.0])  # 0.6 = 2.4 quarters
+    assert two_hot(1.5, 3, r_max=2.0).tolist() == pytest.approx([0.0, 0.5, 0.5])
+    assert two_hot(1.0, 2).tolist() == [0.0, 1.0] and two_hot(0.0, 4).tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert two_hot(-0.2, 2).tolist() == [1.0, 0.0] and two_hot(1.3, 2).tolist() == [0.0, 1.0]  # clipped
+    with pytest.raises(ValueError, match="the target must be finite"):
+        two_hot(math.nan, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(g=st.floats(-0.5, 2.5), levels=st.integers(2, 21), r_max=st.sampled_from([1.0, 2.0, 0.5]))
+def test_two_hot_is_a_distribution_on_two_neighbours_whose_mean_is_the_clipped_target(
+    g: float, levels: int, r_max: float
+) -> None:
+    w = two_hot(g, levels, r_max)
+    assert (w >= 0).all() and w.sum() == pytest.approx(1.0, abs=1e-12)
+    assert float(np.dot(w, level_values(levels, r_max))) == pytest.approx(min(max(g, 0.0), r_max), abs=1e-9)
+    support = np.flatnonzero(w > 1e-12)
+    assert support.size <= 2 and (support.size < 2 or support[1] == support[0] + 1)
+
+
 def test_constrained_mode_has_no_expectation_and_bootstraps_from_the_draws() -> None:
     scorer = TableScorer({ord("0"): math.log(0.2), ord("1"): math.log(0.6)})
     est = asyncio.run(critic("constrained").estimate(query(), 3, scorer, seed=1))
-    assert est.expectation is None
+    assert est.expectation is None and est.answers == ()
     assert endpoint_value(est) == pytest.approx(float(est.values.mean()))
     assert set(est.values.tolist()) <= {0.0, 1.0}
 

@@ -497,3 +497,55 @@ def test_a_fresh_game_whose_build_hangs_is_dropped_at_the_step_deadline_and_coun
     assert failed == 1 and len(starts) == 1 and trainer.fresh_start_failures == 1
     assert seconds < 1.2  # the update did not wait for the hung build
     trainer.close_envs(starts)
+
+
+def _answered(values_drawn, logprobs=((-0.2,), (-1.7,))):
+    """Estimates of a critic reading its value from two answers ('0', '1'), with its K draws ``values_drawn``."""
+    from tempo_rl.backends.types import SampledSequence
+    from tempo_rl.critic.base import CriticEstimates, CriticSample
+
+    answers = tuple(
+        CriticSample(
+            prompt_tokens=(5, 6, 7),
+            sequence=SampledSequence(tokens=(10 + i,), logprobs=lps, text=f"{i}</value>", stop_reason="stop"),
+            value=float(i),
+        )
+        for i, lps in enumerate(logprobs)
+    )
+    q1 = math.exp(logprobs[1][0]) / (math.exp(logprobs[0][0]) + math.exp(logprobs[1][0]))
+    return CriticEstimates(
+        values=np.asarray(values_drawn, dtype=np.float64),
+        samples=tuple(answers[int(v)] for v in values_drawn),
+        expectation=q1,
+        answers=answers,
+    )
+
+
+@pytest.mark.parametrize("td, weight", [(False, 1.0), (True, 0.05)])
+def test_a_critic_reading_its_answers_is_trained_by_the_log_loss_even_when_its_draws_agree(td, weight):
+    from tempo_rl.training.tempo import critic_records
+
+    cfg = tiny_config("tempo.td_critic_baseline=group_mean", f"tempo.td_critic_weight={weight}")
+    trainer, *_ = _trainer(cfg)
+    from tempo_rl.critic.base import CriticEstimates
+
+    # all K = 4 draws say 0: centred rewards on the draws would be 0 (no gradient), the log-loss is not; the
+    # third state's prompt did not fit (no answers, no samples) and trains nothing
+    too_long = CriticEstimates(values=np.full(4, np.nan), samples=(), prompt_too_long=True)
+    estimates = [_answered([0, 0, 0, 0]), _answered([1, 0, 1, 1]), too_long]
+    targets = [0.3, 1.0, 0.5]
+    datums, degenerate = trainer.critic_datums_of(estimates, targets, td=td)
+    assert degenerate == 0.0
+    got = [
+        (int(d.loss_fn_inputs["target_tokens"][-1]), float(d.loss_fn_inputs["advantages"][-1]))
+        for d in datums
+    ]
+    # w(0.3) = (0.7, 0.3) on the answers '0' (token 10) and '1' (token 11); w(1.0) = (0, 1): one Datum
+    assert [t for t, _ in got] == [10, 11, 11]
+    assert [a for _, a in got] == pytest.approx([0.7 * weight, 0.3 * weight, 1.0 * weight])
+    assert all(d.tags.get("role") == "critic" for d in datums)
+    records = critic_records(estimates, targets, cfg.tempo, centred=True, weight=weight)
+    assert [r["degenerate"] for r in records[:2]] == [False, False] and all(r["trained"] for r in records[:2])
+    assert not records[2]["trained"] and "answers" not in records[2]
+    assert [a["weight"] for a in records[0]["answers"]] == pytest.approx([0.7 * weight, 0.3 * weight])
+    assert {s["advantage"] for r in records for s in r["samples"]} == {0.0}  # the draws train nothing

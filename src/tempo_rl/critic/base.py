@@ -120,6 +120,9 @@ class CriticEstimates:
         expectation: the critic's exact expected value of the state, when it reads one from the probabilities
             of its answers (``GenerativeCritic(answer="expected")``: ``sum_i q_i v_i``); None when its estimate
             is the mean of the K values. :func:`endpoint_value` and the critic metrics use it when set.
+        answers: every valid answer of the level grid, scored (not sampled), in grid order, when the critic
+            reads its value from their probabilities (``"expected"``): what its log-loss trains (see
+            :func:`tempo_rl.critic.levels.two_hot`); empty otherwise.
     """
 
     values: np.ndarray
@@ -127,6 +130,7 @@ class CriticEstimates:
     prompt_too_long: bool = False
     omitted_turns: int = 0
     expectation: float | None = None
+    answers: tuple[CriticSample, ...] = ()
 
     def __post_init__(self) -> None:
         if self.values.ndim != 1:

@@ -26,9 +26,13 @@ Answer modes (``answer``):
   ``q_i = p(answer_i) / sum_j p(answer_j)``, and the K samples are drawn from ``q`` (seeded); each sample's
   value is its level. Exact constrained decoding over the whole answer (not token by token), so every sample
   parses by construction, however much mass the model has moved elsewhere.
-* ``"expected"``: the same K draws from ``q`` (they are what the critic is trained on), and the critic's
-  estimate of the state is the exact expectation ``V = sum_i q_i v_i`` (``CriticEstimates.expectation``),
-  which :func:`~tempo_rl.critic.endpoint_value` bootstraps from instead of the mean of E noisy draws.
+* ``"expected"``: the critic's estimate of the state is the exact expectation ``V = sum_i q_i v_i``
+  (``CriticEstimates.expectation``), which :func:`~tempo_rl.critic.endpoint_value` bootstraps from instead of
+  the mean of E noisy draws. The estimates also carry every scored answer (``CriticEstimates.answers``), and
+  the trainer trains them by the log-loss ``-sum_i w_i(G) log p(answer_i)`` against the target's two-hot
+  weights (:func:`~tempo_rl.critic.levels.two_hot`), not by rewards on the K draws: a reward centred over
+  K draws has no gradient once they agree, and on the offline main job it drove every answer to ``0``
+  within 20 warm-up updates (``docs/results.md``). The K draws are still made, for the metrics.
 
 Logprobs of a constrained sample. Its sequence carries ``log p_theta(token | prefix)`` of the *unrestricted*
 model (``log_softmax`` over the whole vocabulary, from the same full forward pass that the learner's loss
@@ -305,13 +309,23 @@ class GenerativeCritic(Critic):
             seq = SampledSequence(tokens=tokens, logprobs=token_lps[i], text=text, stop_reason="stop")
             samples.append(CriticSample(prompt_tokens=prompt, sequence=seq, value=v, status=ValueStatus.OK))
         values = np.array([s.value for s in samples], dtype=np.float64)
-        expectation = float(np.dot(q, [v for v, _, _ in answers])) if self.answer == "expected" else None
+        expected = self.answer == "expected"
+        scored_answers = tuple(
+            CriticSample(
+                prompt_tokens=prompt,
+                sequence=SampledSequence(tokens=tokens, logprobs=lps, text=text, stop_reason="stop"),
+                value=v,
+                status=ValueStatus.OK,
+            )
+            for (v, text, tokens), lps in zip(answers, token_lps)
+        )
         return CriticEstimates(
             values=values,
             samples=tuple(samples),
             prompt_too_long=omitted > 0,
             omitted_turns=omitted,
-            expectation=expectation,
+            expectation=float(np.dot(q, [v for v, _, _ in answers])) if expected else None,
+            answers=scored_answers if expected else (),
         )
 
 

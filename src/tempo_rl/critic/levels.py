@@ -22,7 +22,7 @@ import numpy as np
 
 from tempo_rl.critic.parse import validate_r_max
 
-__all__ = ["expected_value", "format_level", "level_values", "restricted_probs"]
+__all__ = ["expected_value", "format_level", "level_values", "restricted_probs", "two_hot"]
 
 #: the most levels a grid may have (as ``warmstart.critic_format_levels``)
 MAX_LEVELS = 101
@@ -87,3 +87,29 @@ def expected_value(answer_logprobs: Sequence[float], values: Sequence[float]) ->
     if v.shape != q.shape:
         raise ValueError(f"{q.size} answer logprobs but {v.size} values")
     return float(np.dot(q, v))
+
+
+def two_hot(target: float, levels: int, r_max: float = 1.0) -> np.ndarray:
+    """The target ``G`` as a distribution over the level grid whose expectation is ``G``: its mass on the two
+    levels around it, linearly (``x = G / R_max * (L - 1)``, ``w_floor(x) = 1 - (x - floor(x))``,
+    ``w_floor(x)+1 = x - floor(x)``); ``G`` is clipped to ``[0, R_max]`` first.
+
+    The log-loss ``-sum_i w_i log q_i`` against it is a strictly proper scoring rule for the expectation
+    ``V = sum_i q_i v_i``: its expected minimum over outcomes is at ``E[V] = E[G]``, a calibrated value, and
+    its gradient on the answer logits, ``q - w``, does not vanish when the model is sure of a wrong answer
+    (unlike a reward on K sampled answers, which gets no gradient once the K samples agree).
+
+    >>> two_hot(0.3, 2).tolist()
+    [0.7, 0.3]
+    >>> two_hot(0.6, 5).round(6).tolist()
+    [0.0, 0.0, 0.6, 0.4, 0.0]
+    """
+    grid = level_values(levels, r_max)
+    if not math.isfinite(target):
+        raise ValueError(f"the target must be finite, got {target}")
+    x = min(max(float(target), 0.0), grid[-1]) / grid[-1] * (levels - 1)
+    lo = min(math.floor(x), levels - 2)
+    w = np.zeros(levels, dtype=np.float64)
+    w[lo] = 1.0 - (x - lo)
+    w[lo + 1] = x - lo
+    return w

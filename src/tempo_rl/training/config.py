@@ -182,8 +182,10 @@ class SamplingConfig(_Model):
             "how the critic answers (tempo_rl.critic.generative): 'sampled' (free completions, strictly parsed; "
             "the only mode of remote backends), 'constrained' (the K answers are drawn from the model's "
             "distribution restricted to the valid answers <value>v</value> of the warmstart.critic_format_levels "
-            "grid: they always parse) or 'expected' (the same draws for training, and the state's value is "
-            "the exact expectation over those answers); the last two are for the local backend"
+            "grid: they always parse) or 'expected' (the state's value is the exact expectation over those "
+            "answers, and the critic is trained by their log-loss against the target's two-hot weights, so "
+            "tempo.error, tempo.critic_failure_reward and tempo.td_critic_baseline do not apply); the last two "
+            "are for the local backend"
         ),
     )
     max_trajectory_tokens: int = Field(

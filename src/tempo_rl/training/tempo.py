@@ -39,12 +39,14 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from tempo_rl.backends.types import Datum
 from tempo_rl.critic.base import CriticEstimates, endpoint_value
+from tempo_rl.critic.levels import two_hot
 from tempo_rl.envs.restore import snapshot_prefix
 from tempo_rl.rollout.branches import BranchResult
 from tempo_rl.rollout.renderer import PromptWindow
@@ -209,6 +211,19 @@ def _critic_signal_arrays(
     return rewards, adv, degenerate
 
 
+def log_loss_critic(estimates: Sequence[CriticEstimates]) -> bool:
+    """True when the states' estimates carry their scored answers (a critic that reads its value from its
+    answers' probabilities, ``sampling.critic_answer = "expected"``; a state whose prompt did not fit has
+    none, and no samples either): the critic is then trained by the log-loss of its answer distribution
+    (:meth:`TempoTrainer.critic_level_datums`), not by rewards on its K samples."""
+    return any(e.answers for e in estimates)
+
+
+def answer_weights(estimates: CriticEstimates, target: float, r_max: float) -> list[float]:
+    """``w(G)``: the target as weights on the grid's answers, :func:`~tempo_rl.critic.levels.two_hot`."""
+    return two_hot(target, len(estimates.answers), r_max).tolist()
+
+
 def critic_records(
     estimates: Sequence[CriticEstimates],
     targets: Sequence[float],
@@ -223,16 +238,20 @@ def critic_records(
     and not degenerate), ``prompt_too_long``, ``omitted_turns``, and per sample its completion ``text``, the
     parsed ``value`` (NaN when unparsed), the parse ``status``, the ``reward`` ``-|V_k - G| / R_max`` (or
     Brier, or the failure reward) and the ``advantage`` the critic Datum carries (``weight`` x the reward
-    centred over K, as in :func:`critic_signals`).
+    centred over K, as in :func:`critic_signals`). A log-loss critic (:func:`log_loss_critic`) trains its
+    answers, not its samples: its samples' advantages are 0, it is never degenerate, and ``answers`` lists
+    each answer of the grid with its ``weight``, ``weight`` x :func:`answer_weights` (the Datum's advantage).
     """
     if not estimates:
         return []
     rewards, adv, degenerate = _critic_signal_arrays(estimates, targets, tempo, centred)
-    return [
-        {
+    records = []
+    for i, (est, target) in enumerate(zip(estimates, targets)):
+        log_loss = bool(est.answers)
+        record: dict[str, Any] = {
             "target": float(target),
-            "degenerate": bool(degenerate[i]),
-            "trained": bool(tempo.train_critic and not degenerate[i] and est.samples),
+            "degenerate": bool(degenerate[i]) and not log_loss,
+            "trained": bool(tempo.train_critic and (log_loss or not degenerate[i]) and est.samples),
             "prompt_too_long": bool(est.prompt_too_long),
             "omitted_turns": int(est.omitted_turns),
             "samples": [
@@ -241,13 +260,23 @@ def critic_records(
                     "value": float(est.values[k]),
                     "status": sample.status.value,
                     "reward": float(rewards[i, k]),
-                    "advantage": float(weight * adv[i, k]),
+                    "advantage": 0.0 if log_loss else float(weight * adv[i, k]),
                 }
                 for k, sample in enumerate(est.samples)
             ],
         }
-        for i, (est, target) in enumerate(zip(estimates, targets))
-    ]
+        if log_loss:
+            w = (
+                answer_weights(est, target, tempo.r_max)
+                if math.isfinite(target)
+                else [0.0] * len(est.answers)
+            )
+            record["answers"] = [
+                {"text": a.sequence.text, "value": a.value, "weight": weight * x}
+                for a, x in zip(est.answers, w)
+            ]
+        records.append(record)
+    return records
 
 
 def start_record(start: StartState, critic: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -373,9 +402,27 @@ class TempoTrainer(MacroStepTrainer):
         if not t.train_critic:
             return [], math.nan
         centred, weight = self.critic_centring(td=td)
+        if log_loss_critic(estimates):
+            return self.critic_level_datums(estimates, targets, weight), 0.0
         kept, degenerate = critic_signals(estimates, targets, t, centred=centred)
         datums = [d for est, adv in kept for d in self.critic_datums(est, [weight * a for a in adv])]
         return datums, degenerate
+
+    def critic_level_datums(
+        self, estimates: Sequence[CriticEstimates], targets: Sequence[float], weight: float
+    ) -> list[Datum]:
+        """The log-loss Datums of a critic that reads its value from its answers' probabilities: for each state
+        and each level ``i`` of the grid, its answer's tokens with advantage ``weight * w_i(G)``, where ``w(G)``
+        is :func:`~tempo_rl.critic.levels.two_hot`. At the sampler's weights the importance-sampling loss then has
+        the gradient of ``weight * (-sum_i w_i log p(answer_i))``, the cross-entropy against the target."""
+        datums: list[Datum] = []
+        for est, g in zip(estimates, targets):
+            if not math.isfinite(g) or not est.answers:
+                continue
+            w = answer_weights(est, g, self.config.tempo.r_max)
+            scored = replace(est, samples=est.answers, values=np.zeros(len(est.answers)), expectation=None)
+            datums.extend(self.critic_datums(scored, [weight * x for x in w]))
+        return datums
 
     def critic_centring(self, *, td: bool) -> tuple[bool, float]:
         """``(centred, weight)`` of the critic's advantages: in TD per ``tempo.td_critic_baseline`` and
