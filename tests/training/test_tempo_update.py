@@ -523,12 +523,11 @@ def _answered(values_drawn, logprobs=((-0.2,), (-1.7,))):
 
 @pytest.mark.parametrize("td, weight", [(False, 1.0), (True, 0.05)])
 def test_a_critic_reading_its_answers_is_trained_by_the_log_loss_even_when_its_draws_agree(td, weight):
+    from tempo_rl.critic.base import CriticEstimates
     from tempo_rl.training.tempo import critic_records
 
     cfg = tiny_config("tempo.td_critic_baseline=group_mean", f"tempo.td_critic_weight={weight}")
-    trainer, *_ = _trainer(cfg)
-    from tempo_rl.critic.base import CriticEstimates
-
+    trainer, _sampler, training, *_ = _trainer(cfg)
     # all K = 4 draws say 0: centred rewards on the draws would be 0 (no gradient), the log-loss is not; the
     # third state's prompt did not fit (no answers, no samples) and trains nothing
     too_long = CriticEstimates(values=np.full(4, np.nan), samples=(), prompt_too_long=True)
@@ -536,16 +535,30 @@ def test_a_critic_reading_its_answers_is_trained_by_the_log_loss_even_when_its_d
     targets = [0.3, 1.0, 0.5]
     datums, degenerate = trainer.critic_datums_of(estimates, targets, td=td)
     assert degenerate == 0.0
-    got = [
-        (int(d.loss_fn_inputs["target_tokens"][-1]), float(d.loss_fn_inputs["advantages"][-1]))
-        for d in datums
-    ]
+    # cross-entropy Datums: prompt (5, 6, 7) as context, the answer token weighted by w_i(G) x the TD weight
+    assert all(set(d.loss_fn_inputs) == {"target_tokens", "weights"} for d in datums)
+    assert [d.model_input for d in datums] == [(5, 6, 7)] * 3
+    assert [int(d.loss_fn_inputs["target_tokens"][-1]) for d in datums] == [10, 11, 11]
     # w(0.3) = (0.7, 0.3) on the answers '0' (token 10) and '1' (token 11); w(1.0) = (0, 1): one Datum
-    assert [t for t, _ in got] == [10, 11, 11]
-    assert [a for _, a in got] == pytest.approx([0.7 * weight, 0.3 * weight, 1.0 * weight])
+    assert [d.loss_fn_inputs["weights"][:2].tolist() for d in datums] == [[0, 0]] * 3
+    assert [float(d.loss_fn_inputs["weights"][2]) for d in datums] == pytest.approx(
+        [0.7 * weight, 0.3 * weight, 1.0 * weight]
+    )
     assert all(d.tags.get("role") == "critic" for d in datums)
     records = critic_records(estimates, targets, cfg.tempo, centred=True, weight=weight)
     assert [r["degenerate"] for r in records[:2]] == [False, False] and all(r["trained"] for r in records[:2])
     assert not records[2]["trained"] and "answers" not in records[2]
     assert [a["weight"] for a in records[0]["answers"]] == pytest.approx([0.7 * weight, 0.3 * weight])
     assert {s["advantage"] for r in records for s in r["samples"]} == {0.0}  # the draws train nothing
+
+    # one optimiser step: the policy-gradient Datums under optim.loss_fn, the log-loss ones under cross-entropy
+    from tempo_rl.rollout.datums import completion_datum
+
+    actor = completion_datum((1, 2), (3,), (-0.5,), 0.25, role="actor")
+    training.calls.clear()
+    metrics = trainer.train_step([datums[0], actor, datums[1]], substeps=1)
+    assert training.losses[-2:] == ["importance_sampling", "cross_entropy"]
+    fb = [payload for name, payload in training.calls if name == "forward_backward"]
+    assert fb == [[actor], [datums[0], datums[1]]]
+    assert [name for name, _ in training.calls].count("optim_step") == 1
+    assert metrics["train/loss_tokens"] == 3.0  # one advantage and two weights

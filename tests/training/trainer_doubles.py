@@ -103,9 +103,11 @@ class RecordingTrainingClient:
         self.sampler = sampler
         self.reference = reference  # what a snapshot named "kl-reference" samples from (default: sampler)
         self.calls: list[tuple[str, Any]] = []
+        self.losses: list[str] = []  # the loss_fn of each forward_backward call
 
     def forward_backward(self, datums: Sequence[Datum], loss_fn: str, loss_fn_config: Any = None) -> Any:
         self.calls.append(("forward_backward", list(datums)))
+        self.losses.append(loss_fn)
         return ForwardBackwardOutput(loss=0.0)
 
     def optim_step(self, adam_params: AdamParams) -> None:

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tempo_rl.backends.types import AdamParams, Datum, SamplingClient, SamplingParams
+from tempo_rl.backends.types import AdamParams, Datum, LossFn, SamplingClient, SamplingParams
 from tempo_rl.critic.base import CriticEstimates, CriticQuery
 from tempo_rl.critic.privileged import PrivilegedInfoTally
 from tempo_rl.envs.core import task_of
@@ -650,6 +650,20 @@ class MacroStepTrainer(abc.ABC):
             return {"clip_low_threshold": o.clip_low_threshold, "clip_high_threshold": o.clip_high_threshold}
         return None
 
+    def by_loss(self, datums: Sequence[Datum]) -> list[tuple[list[Datum], LossFn, dict[str, float] | None]]:
+        """``datums`` split by their loss: policy-gradient Datums (``advantages``) under ``optim.loss_fn``, and
+        cross-entropy Datums (``weights``: a log-loss critic's, :meth:`TempoTrainer.critic_level_datums`) under
+        ``"cross_entropy"``; each non-empty part with its loss and loss config, in that order. Their
+        ``forward_backward`` calls accumulate into one gradient before the optimiser step."""
+        pg = [d for d in datums if "advantages" in d.loss_fn_inputs]
+        ce = [d for d in datums if "advantages" not in d.loss_fn_inputs]
+        parts: list[tuple[list[Datum], LossFn, dict[str, float] | None]] = []
+        if pg:
+            parts.append((pg, self.config.optim.loss_fn, self.loss_config()))
+        if ce:
+            parts.append((ce, "cross_entropy", None))
+        return parts
+
     def train_step(
         self, datums: Sequence[Datum], timer: UpdateTimer | None = None, substeps: int | None = None
     ) -> dict[str, float]:
@@ -664,7 +678,7 @@ class MacroStepTrainer(abc.ABC):
 
         ``substeps`` overrides ``optim.substeps`` for this update (TEMPO's warm-up: ``tempo.warmup_substeps``).
         With no Datum (every group degenerate) no step is taken and the policy version does not change.
-        Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage), the summed
+        Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage or cross-entropy weight), the summed
         loss over all minibatches and ``train/optim_steps``.
         """
         t0 = time.perf_counter()
@@ -675,9 +689,10 @@ class MacroStepTrainer(abc.ABC):
             "train/tokens": float(sum(len(d.model_input) for d in datums)),
             "train/loss_tokens": float(
                 sum(
-                    int(np.count_nonzero(d.loss_fn_inputs["advantages"]))
+                    int(np.count_nonzero(d.loss_fn_inputs[key]))
                     for d in datums
-                    if "advantages" in d.loss_fn_inputs
+                    for key in ("advantages", "weights")
+                    if key in d.loss_fn_inputs
                 )
             ),
             "train/optim_steps": 0.0,
@@ -689,11 +704,12 @@ class MacroStepTrainer(abc.ABC):
             loss = 0.0
             for s in range(steps):
                 minibatch = list(datums[s::steps])
-                for i in range(0, len(minibatch), chunk):
-                    out = self.c.training_client.forward_backward(
-                        minibatch[i : i + chunk], self.config.optim.loss_fn, self.loss_config()
-                    )
-                    loss += float(out.loss)
+                for batch, loss_fn, loss_config in self.by_loss(minibatch):
+                    for i in range(0, len(batch), chunk):
+                        out = self.c.training_client.forward_backward(
+                            batch[i : i + chunk], loss_fn, loss_config
+                        )
+                        loss += float(out.loss)
                 self.c.training_client.optim_step(self.adam_params())
             self.state.policy_version += 1
             self.c.sampler = self.c.training_client.save_weights_and_get_sampling_client(
