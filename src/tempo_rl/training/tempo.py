@@ -240,7 +240,7 @@ def critic_records(
     Brier, or the failure reward) and the ``advantage`` the critic Datum carries (``weight`` x the reward
     centred over K, as in :func:`critic_signals`). A log-loss critic (:func:`log_loss_critic`) trains its
     answers, not its samples: its samples' advantages are 0, it is never degenerate, and ``answers`` lists
-    each answer of the grid with its ``weight``, ``weight`` x :func:`answer_weights` (the Datum's advantage).
+    each answer of the grid with its ``weight``, ``weight`` x :func:`answer_weights` (its cross-entropy weight).
     """
     if not estimates:
         return []

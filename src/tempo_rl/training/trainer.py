@@ -678,8 +678,8 @@ class MacroStepTrainer(abc.ABC):
 
         ``substeps`` overrides ``optim.substeps`` for this update (TEMPO's warm-up: ``tempo.warmup_substeps``).
         With no Datum (every group degenerate) no step is taken and the policy version does not change.
-        Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage or cross-entropy weight), the summed
-        loss over all minibatches and ``train/optim_steps``.
+        Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage or
+        cross-entropy weight), the summed loss over all minibatches and ``train/optim_steps``.
         """
         t0 = time.perf_counter()
         metrics: dict[str, float] = {
