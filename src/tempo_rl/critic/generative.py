@@ -303,14 +303,7 @@ class GenerativeCritic(Critic):
         chosen = np.random.default_rng(seed if seed is not None else self.sampling_params.seed).choice(
             len(answers), size=k, p=q
         )
-        samples = []
-        for i in chosen.tolist():
-            v, text, tokens = answers[i]
-            seq = SampledSequence(tokens=tokens, logprobs=token_lps[i], text=text, stop_reason="stop")
-            samples.append(CriticSample(prompt_tokens=prompt, sequence=seq, value=v, status=ValueStatus.OK))
-        values = np.array([s.value for s in samples], dtype=np.float64)
-        expected = self.answer == "expected"
-        scored_answers = tuple(
+        every_answer = tuple(  # each answer of the grid as a sample: the K draws are some of these
             CriticSample(
                 prompt_tokens=prompt,
                 sequence=SampledSequence(tokens=tokens, logprobs=lps, text=text, stop_reason="stop"),
@@ -319,13 +312,16 @@ class GenerativeCritic(Critic):
             )
             for (v, text, tokens), lps in zip(answers, token_lps)
         )
+        samples = [every_answer[i] for i in chosen.tolist()]
+        values = np.array([s.value for s in samples], dtype=np.float64)
+        expected = self.answer == "expected"
         return CriticEstimates(
             values=values,
             samples=tuple(samples),
             prompt_too_long=omitted > 0,
             omitted_turns=omitted,
             expectation=float(np.dot(q, [v for v, _, _ in answers])) if expected else None,
-            answers=scored_answers if expected else (),
+            answers=every_answer if expected else (),
         )
 
 

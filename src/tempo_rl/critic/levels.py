@@ -91,8 +91,8 @@ def expected_value(answer_logprobs: Sequence[float], values: Sequence[float]) ->
 
 def two_hot(target: float, levels: int, r_max: float = 1.0) -> np.ndarray:
     """The target ``G`` as a distribution over the level grid whose expectation is ``G``: its mass on the two
-    levels around it, linearly (``x = G / R_max * (L - 1)``, ``w_floor(x) = 1 - (x - floor(x))``,
-    ``w_floor(x)+1 = x - floor(x)``); ``G`` is clipped to ``[0, R_max]`` first.
+    levels around it, linearly: with ``x = G / R_max * (L - 1)`` and ``i = floor(x)``, ``w_i = 1 - (x - i)`` and
+    ``w_{i+1} = x - i`` (``G`` is clipped to ``[0, R_max]`` first; at ``G = R_max``, ``i = L - 2``).
 
     The log-loss ``-sum_i w_i log q_i`` against it is a strictly proper scoring rule for the expectation
     ``V = sum_i q_i v_i``: its expected minimum over outcomes is at ``E[V] = E[G]``, a calibrated value, and
