@@ -19,6 +19,10 @@ An adapter author subclasses :class:`ReplayableEnv`.
 * ``fork() -> ReplayableEnv``: an exact, independent native copy of the live state (``supports_fork`` must
   then return True). Restoring through ``fork`` costs O(1) in the episode length instead of O(depth).
 * ``walkthrough() -> tuple[str, ...] | None``: an expert action sequence from the reset state (warm starts).
+* ``expert_action() -> str | None``: the expert's next action from the *current* state, wherever earlier
+  actions led (``None``: unknown, or the episode can no longer be won). With it, a warm start's noisy
+  demonstrations show the expert recovering from off-expert actions (``warmstart.expert = "recovering"``)
+  instead of stopping where the reset-state walkthrough no longer applies.
 * ``state_fingerprint() -> str | None``: a cheap exact digest of the hidden state (e.g. the PDDL fact set).
   When available, replay verifies it at every step in addition to the observation text.
 * ``oracle_value(steps_left) -> float | None``: the exact value of the current state under an optimal policy
@@ -176,6 +180,16 @@ class ReplayableEnv(abc.ABC):
 
         Used for supervised warm starts and as part of the critic's privileged information; never shown to
         the actor.
+        """
+        return None
+
+    def expert_action(self) -> str | None:
+        """The expert's next action from the current state, or None when unknown or when the episode can no
+        longer be won. Must not change the state. Optional: the default returns None.
+
+        Used by warm starts with ``warmstart.expert = "recovering"``: after a noisy off-expert step the
+        demonstration goes on with the expert's recovery from where it is (DART-style noise injection), so the
+        actor also learns to act in the states its own mistakes lead to.
         """
         return None
 

@@ -28,7 +28,7 @@ class RecordedEnv(ReplayableEnv):
             be snapshotted.
 
     The wrapper is itself a :class:`ReplayableEnv`: ``privileged_info``, ``walkthrough``,
-    ``state_fingerprint``, ``oracle_value``, ``fork`` and ``close`` delegate to the wrapped env, and :meth:`fork` also copies
+    ``expert_action``, ``state_fingerprint``, ``oracle_value``, ``fork`` and ``close`` delegate to the wrapped env, and :meth:`fork` also copies
     the recorded history so the copy snapshots to the same state.
     """
 
@@ -142,6 +142,9 @@ class RecordedEnv(ReplayableEnv):
 
     def walkthrough(self) -> tuple[str, ...] | None:
         return self._env.walkthrough()
+
+    def expert_action(self) -> str | None:
+        return self._env.expert_action()
 
     def state_fingerprint(self) -> str | None:
         return self._env.state_fingerprint()
