@@ -416,6 +416,16 @@ class WarmStartConfig(_Model):
     enabled: bool = False
     episodes: int = Field(default=500, ge=1, description="demonstrations (one per training seed)")
     noise: float = Field(default=0.3, ge=0.0, le=1.0, description="probability of a random admissible action")
+    expert: Literal["walkthrough", "recovering"] = Field(
+        default="walkthrough",
+        description=(
+            "who the demonstrations imitate: 'walkthrough' (the reset-state walkthrough; a demo stops where a "
+            "noisy step makes its next action inadmissible) or 'recovering' (ReplayableEnv.expert_action() at "
+            "every step: after a noisy step the expert recovers from where it is, and a demo stops only when the "
+            "episode ends or can no longer be won). At long horizons the walkthrough's demos rarely get far: "
+            "benchmarks/warmstart_demos.py measures both"
+        ),
+    )
     epochs: int = Field(default=1, ge=1)
     batch_size: int = Field(default=32, ge=1)
     learning_rate: float = Field(default=5e-4, gt=0.0)

@@ -8,8 +8,13 @@ a variant whose expert's choices carry no preference the RL task rewards):
 * a demonstration is the actor's own conversation format (:func:`~tempo_rl.rollout.build_actor_messages`,
   observation turns, one tool call per turn), rendered token-exactly with the actor's renderer;
 * with probability ``warmstart.noise`` a step executes a random admissible action instead of the expert's (as
-  context only: weight 0, so the model sees off-expert states but does not learn to act randomly); the demo goes
-  on with the walkthrough while its next action is admissible, and stops otherwise;
+  context only: weight 0, so the model sees off-expert states but does not learn to act randomly). With
+  ``warmstart.expert = "walkthrough"`` the expert is the reset-state walkthrough: the demo goes on with it while
+  its next action is admissible, and stops otherwise. With ``"recovering"`` the expert is
+  :meth:`ReplayableEnv.expert_action <tempo_rl.envs.ReplayableEnv.expert_action>`, asked at every step: after
+  a noisy step the demo shows the expert's recovery (weight 1), and it stops only when the episode ends, the
+  step limit is reached or the episode can no longer be won (DART-style noise injection: the actor also
+  learns the states its own slips lead to);
 * with ``warmstart.balance_actions`` every distinct expert action gets the same total weight
   (:func:`balance_actions`): the decisive rare actions are not drowned by the frequent ones;
 * a share ``warmstart.critic_format_share`` of the demos also yields one critic *format* example: the critic
@@ -80,8 +85,14 @@ def demonstration_datums(
     spec, seed = game
     env = calls.make(trainer.c.make_env, spec, seed)
     try:
-        plan = list(calls.call(env, "walkthrough") or ())
-        if not plan:
+        recovering = cfg.warmstart.expert == "recovering"
+        plan = [] if recovering else list(calls.call(env, "walkthrough") or ())
+        if recovering and calls.call(env, "expert_action") is None:
+            raise ValueError(
+                f"env {cfg.env.name!r} (seed {seed}) has no expert_action() at its reset state; set "
+                "warmstart.expert = 'walkthrough' or implement ReplayableEnv.expert_action()"
+            )
+        if not recovering and not plan:
             raise ValueError(
                 f"env {cfg.env.name!r} (seed {seed}) has no walkthrough(); disable warmstart.enabled or use an "
                 "env with an expert"
@@ -97,10 +108,18 @@ def demonstration_datums(
         labels: list[str | None] = [None] * len(state.tokens)
         history: list[tuple[str, str]] = []
         rounds = 0
-        while plan and rounds < T:
+        while rounds < T:
+            expert = calls.call(env, "expert_action") if recovering else (plan[0] if plan else None)
+            if expert is None:
+                break  # the walkthrough is done, or (recovering) the episode can no longer be won
             admissible = list(obs.admissible_actions or ())
             noisy = bool(admissible) and rng.random() < cfg.warmstart.noise
-            action = admissible[int(rng.integers(len(admissible)))] if noisy else plan.pop(0)
+            if noisy:
+                action = admissible[int(rng.integers(len(admissible)))]
+            else:
+                action = expert
+                if not recovering:
+                    plan.pop(0)
             completion = list(tokenizer.encode(format_tool_call(action, tool), add_special_tokens=False))
             if eos is not None:
                 completion.append(int(eos))
@@ -114,7 +133,7 @@ def demonstration_datums(
             if result.terminated or result.truncated or rounds >= T:
                 break
             if plan and obs.admissible_actions is not None and plan[0] not in obs.admissible_actions:
-                break  # the noise broke the plan: the expert's next action no longer applies
+                break  # (walkthrough) the noise broke the plan: the expert's next action no longer applies
             text = format_observation(obs, remaining_steps=T - rounds if show else None)
             ext = chat.extend(state, completion, [{"role": OBSERVATION_ROLE, "content": text}])
             if ext.restarted:
