@@ -10,7 +10,11 @@ This plays a policy state (a warm start's ``warmstart.pt`` or an arm's ``final_s
 * ``right_keys``: the share of games whose first two ``take`` actions both took it;
 * ``success_given_right_keys``: success among those games (the walk's share of the failures);
 * ``wasted_steps_mean``: unreadable or inadmissible actions per game;
-* ``top_actions``: the most frequent actions, with counts (e.g. ``open on``, a broken ``open door``).
+* ``top_actions``: the most frequent actions, with counts (e.g. ``open on``, a broken ``open door``);
+* ``wasted_where``: the most frequent wasted steps (:func:`wasted_where`) as ``"action -> feedback @ room"``
+  with counts: ``go on -> The door is locked. @ A locked door.`` is a walk that does not open a lock,
+  ``open door -> Nothing happens. @ An empty room.`` one that opens where there is no lock, and ``open door ->
+  The door stays locked.`` the price of a wrong key.
 
 Usage::
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -59,6 +64,27 @@ def key_report(
         "wasted_steps_mean": sum(wasted) / n if n else None,
         "top_actions": Counter(a for game in actions for a in game).most_common(6),
     }
+
+
+#: The feedback of a KeyDoor step that changed nothing (the step is wasted).
+WASTED_FEEDBACK = ("Nothing happens.", "The door is locked.", "The door stays locked.")
+
+
+def wasted_where(
+    actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]], top: int = 8
+) -> list[tuple[str, int]]:
+    """The ``top`` most frequent wasted steps over all games, each as ``"action -> feedback @ room"``: a step is
+    wasted when the observation it returned starts with one of :data:`WASTED_FEEDBACK`, and ``room`` is that
+    observation's room description (the room the step was taken in: a wasted step does not move)."""
+    counts: Counter[str] = Counter()
+    for game_actions, game_obs in zip(actions, observations):
+        for action, obs in zip(game_actions, game_obs):
+            feedback = next((f for f in WASTED_FEEDBACK if obs.startswith(f)), None)
+            if feedback is None:
+                continue
+            room = re.search(r"Room \d+ of \d+\. (.*?) You carry", obs)
+            counts[f"{action} -> {feedback} @ {room.group(1) if room else '?'}"] += 1
+    return counts.most_common(top)
 
 
 def probe(state: str, seed: int, games: int, temperature: float, work: Path, quick: bool = False) -> dict:
@@ -96,6 +122,9 @@ def probe(state: str, seed: int, games: int, temperature: float, work: Path, qui
         [bool(b.won) for b in branches],
         [int(b.invalid_actions) for b in branches],
         str(env.kwargs["lock_colour"]),
+    )
+    report["wasted_where"] = wasted_where(
+        [b.actions for b in branches], [[o.text for o in b.observations] for b in branches]
     )
     return {"state": state, "seed": seed, "temperature": temperature, **report}
 

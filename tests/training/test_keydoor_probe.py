@@ -28,6 +28,27 @@ def test_key_report_by_hand() -> None:
     assert empty["success"] is None and empty["right_key_share"] is None
 
 
+def test_wasted_where_by_hand() -> None:
+    actions = [["go on", "go on", "open door"], ["open door", "take red", "go on"]]
+    observations = [
+        [
+            "You go on. Room 2 of 9. A locked door. You carry blue key. Steps left: 10.",
+            "The door is locked. Room 2 of 9. A locked door. You carry blue key. Steps left: 9.",
+            "The blue key opens the door. Room 2 of 9. An open door. You carry nothing. Steps left: 8.",
+        ],
+        [
+            "Nothing happens. Room 1 of 9. An empty room. You carry nothing. Steps left: 11.",
+            "Nothing happens. Room 1 of 9. An empty room. You carry nothing. Steps left: 10.",
+            "You go on. Room 2 of 9. An empty room. You carry nothing. Steps left: 9.",
+        ],
+    ]
+    assert probe.wasted_where(actions, observations) == [
+        ("go on -> The door is locked. @ A locked door.", 1),
+        ("open door -> Nothing happens. @ An empty room.", 1),
+        ("take red -> Nothing happens. @ An empty room.", 1),
+    ]
+
+
 def test_probe_plays_a_tiny_warm_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mech = load_benchmark("mechanism")
     env = mech.QUICK_ENVS["keydoor_rule"]
@@ -42,5 +63,6 @@ def test_probe_plays_a_tiny_warm_start(tmp_path: Path, capsys: pytest.CaptureFix
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["games"] == 2 and 0.0 <= line["success"] <= 1.0
     assert sum(n for _, n in line["top_actions"]) > 0
+    assert all(" -> " in where and n > 0 for where, n in line["wasted_where"])
     with pytest.raises(SystemExit):
         probe.main(["--state", str(tmp_path / "missing.pt"), "--seed", "0"])
