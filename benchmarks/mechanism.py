@@ -20,6 +20,12 @@ Envs (``ENVS``):
 * ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, H = 4, the verdict only when all
   3 are placed (``feedback = "final"``).
 
+Every (env, seed) starts from one supervised warm start shared by its arms: noisy demonstrations (noise 0.1) of
+the env's expert *recovering* from each slip (``warmstart.expert = "recovering"``, since 2026-12-04). With the
+reset-state walkthrough, which stops a demo at the first slip it cannot answer, 1,108 of ``keydoor_rule``'s
+1,280 demos (seeds 0-4) never showed a lock opened, and the warm-started actors answered locks with ``go on``
+(``benchmarks/warmstart_demos.py``; ``docs/results.md``).
+
 Arms (``ARMS``; knights runs all but the prefix-correction one):
 
 * ``grpo``: full episodes, group-centred returns, no critic;
@@ -59,6 +65,9 @@ longer in wall time on the shared development machine, loaded by other jobs). ``
 seeds 453 s of wall time at 4,608 env steps and 895 s at 9,216, its Monte Carlo arm 223 s at 4,608; with its
 6 arms the full plan grows by about half. With 32 evaluation games (2026-12-03) the 5 warm starts and the GRPO
 and oracle arms of 5 seeds took 13.6 minutes of wall time at 4,608 env steps (``--jobs 2``, idle machine).
+With the recovering warm starts (2026-12-04) each ``keydoor_rule`` warm start takes about 350 s (demos three
+times longer); its 6 arms on seeds 0-4 took 47.5 minutes of wall time with ``--jobs 2``, warm starts included,
+and GRPO and oracle on seeds 5-9 27 minutes.
 
 Usage::
 
@@ -129,6 +138,9 @@ class Scale:
     learning_rate: float
     max_tokens: int
     max_trajectory_tokens: int
+    # the generative critic's prompt budget (sampling.critic_max_prompt_tokens): the quick scale's 400-token
+    # vocabulary writes even a prompt with every turn omitted in about 805 tokens
+    critic_max_prompt_tokens: int = 768
 
 
 ARMS: dict[str, dict[str, Any]] = {
@@ -255,6 +267,7 @@ QUICK = Scale(
     learning_rate=1e-3,
     max_tokens=32,
     max_trajectory_tokens=2048,
+    critic_max_prompt_tokens=1024,
 )
 
 #: Per-update metrics kept in each run record (besides env steps and tokens).
@@ -327,9 +340,6 @@ def make_config(
                 "warmup_substeps": 4,
                 "warmup_states_per_episode": 2,
                 "td_updates": 1_000_000,  # stopped by the env-step budget
-                "error": "brier",
-                "td_critic_baseline": "none",
-                "td_critic_weight": 0.05,
                 "prefix_correction": spec.get("prefix_correction", "off"),
             },
             "grpo": {"updates": 1_000_000, "games_per_batch": scale.grpo_games, "group_size": scale.branches},
@@ -337,7 +347,11 @@ def make_config(
                 "max_tokens": scale.max_tokens,
                 "critic_max_tokens": 6,
                 "critic_answer_prefix": "<value>",
-                "critic_max_prompt_tokens": 768,
+                # the main job's critic: V = the expectation over the binary answers, trained by their
+                # log-loss (the sampled answers of the blog never learnt values here; only the generative
+                # arm has a critic this setting applies to)
+                "critic_answer": "expected",
+                "critic_max_prompt_tokens": scale.critic_max_prompt_tokens,
                 "max_trajectory_tokens": scale.max_trajectory_tokens,
                 "show_remaining_steps": False,  # both envs' observations show the steps left
                 "eval_temperature": env.eval_temperature,
@@ -348,6 +362,9 @@ def make_config(
                 "episodes": scale.warmstart_episodes if env.demo_episodes is None else env.demo_episodes,
                 "epochs": scale.warmstart_epochs,
                 "noise": 0.1,
+                # after a noisy step the env's expert recovers from where it is: with the reset-state
+                # walkthrough 227 of keydoor's 256 demos stopped before the first lock (docs/results.md)
+                "expert": "recovering",
                 "learning_rate": 3e-3,
                 "batch_size": 4,
                 "critic_format_share": 1.0,
@@ -452,9 +469,16 @@ def build_env_tokenizer(env: EnvSetting, scale: Scale, work: Path) -> Path:
     tok_dir = work / f"{env.name}-{_cache_key(env.kwargs, scale.vocab_size, code_fingerprint())}-tokenizer"
     if not tok_dir.is_dir():
         probe = make_config(env, scale, 0, "oracle", work / "probe", tok_dir)
-        tmp = tok_dir.with_name(tok_dir.name + ".tmp")
+        tmp = tok_dir.with_name(f"{tok_dir.name}.tmp-{os.getpid()}")  # one per process: two may build at once
         build_tokenizer(env_corpus(probe), vocab_size=scale.vocab_size).save_pretrained(str(tmp))
-        os.replace(tmp, tok_dir)
+        try:
+            os.replace(tmp, tok_dir)
+        except OSError:  # another process finished the same (deterministic) tokenizer first: keep its copy
+            if not tok_dir.is_dir():
+                raise
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
     return tok_dir
 
 
