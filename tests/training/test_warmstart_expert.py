@@ -3,7 +3,6 @@ from the noisy steps (``ReplayableEnv.expert_action``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +11,15 @@ import pytest
 
 pytest.importorskip("torch")
 
+from benchmark_runs import load_benchmark
+
 from tempo_rl.envs import ReplayableEnv
 from tempo_rl.envs.keydoor import KeyDoorEnv
 from tempo_rl.training.config import ConfigError, load_config
 from tempo_rl.training.warmstart import demonstration_datums
+
+# the weighted (expert) actions of a demo Datum, in order
+_expert_actions = load_benchmark("warmstart_demos").expert_actions
 
 CONFIG = """
 algorithm = "tempo"
@@ -58,18 +62,6 @@ def _trainer(tmp_path: Path, expert: str, noise: float = 0.1) -> tuple[Any, Any]
     path.write_text(CONFIG)
     config = load_config(path, [f'warmstart.expert="{expert}"', f"warmstart.noise={noise}"])
     return config, build_trainer(config, tmp_path / f"run-{expert}")
-
-
-def _expert_actions(datum: Any) -> list[str]:
-    """The demo's weighted (expert) actions in order: runs of one label between unlabelled tokens."""
-    labels = json.loads(datum.tags["labels"])
-    actions: list[str] = []
-    previous = None
-    for label in labels:
-        if label is not None and label != previous:
-            actions.append(label)
-        previous = label
-    return actions
 
 
 class SlipOnce:
