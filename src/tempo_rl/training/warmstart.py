@@ -68,7 +68,8 @@ def demonstration_datums(
     with its step deadline.
 
     Raises:
-        ValueError: the env offers no walkthrough (a warm start needs an expert).
+        ValueError: the env offers no expert: no walkthrough, or (``expert = "recovering"``) no
+            ``expert_action()`` at its reset state.
         tempo_rl.envs.workers.EnvWorkerError: an env call raised or timed out (:func:`warm_start` drops
             the demo and counts it).
     """
@@ -87,11 +88,6 @@ def demonstration_datums(
     try:
         recovering = cfg.warmstart.expert == "recovering"
         plan = [] if recovering else list(calls.call(env, "walkthrough") or ())
-        if recovering and calls.call(env, "expert_action") is None:
-            raise ValueError(
-                f"env {cfg.env.name!r} (seed {seed}) has no expert_action() at its reset state; set "
-                "warmstart.expert = 'walkthrough' or implement ReplayableEnv.expert_action()"
-            )
         if not recovering and not plan:
             raise ValueError(
                 f"env {cfg.env.name!r} (seed {seed}) has no walkthrough(); disable warmstart.enabled or use an "
@@ -110,6 +106,11 @@ def demonstration_datums(
         rounds = 0
         while rounds < T:
             expert = calls.call(env, "expert_action") if recovering else (plan[0] if plan else None)
+            if expert is None and recovering and rounds == 0:
+                raise ValueError(
+                    f"env {cfg.env.name!r} (seed {seed}) has no expert_action() at its reset state; set "
+                    "warmstart.expert = 'walkthrough' or implement ReplayableEnv.expert_action()"
+                )
             if expert is None:
                 break  # the walkthrough is done, or (recovering) the episode can no longer be won
             admissible = list(obs.admissible_actions or ())
