@@ -83,6 +83,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import sys
 import threading
 import time
@@ -476,8 +477,6 @@ def build_env_tokenizer(env: EnvSetting, scale: Scale, work: Path) -> Path:
         except OSError:  # another process finished the same (deterministic) tokenizer first: keep its copy
             if not tok_dir.is_dir():
                 raise
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
     return tok_dir
 
@@ -569,8 +568,6 @@ def arm_task(
     if cached is not None:
         return cached
     if run_dir.exists():
-        import shutil
-
         shutil.rmtree(run_dir)  # an interrupted attempt: start the arm over
     run_dir.mkdir(parents=True)
     cfg = make_config(env, scale, seed, arm, run_dir, tok_dir)
