@@ -21,10 +21,11 @@ Answer modes (``answer``):
   parser; an answer the model garbles is a parse failure (NaN).
 * ``"constrained"``: the answer can only be one of the L valid answers ``<value>{v_i}</value>`` of the level
   grid (:mod:`tempo_rl.critic.levels`, ``levels`` = L, the warm start's format grid). The model scores each
-  complete answer after the prompt (``compute_logprobs`` of ``prompt + answer_i``: L forward passes, one per
-  answer), the scores are restricted to the valid answers and renormalised,
-  ``q_i = p(answer_i) / sum_j p(answer_j)``, and the K samples are drawn from ``q`` (seeded); each sample's
-  value is its level. Exact constrained decoding over the whole answer (not token by token), so every sample
+  complete answer after the prompt: with a sampler that has ``score_continuations_async`` (the local
+  backend) the prompt is prefilled once and its keys and values are shared by the L answers; otherwise by
+  ``compute_logprobs`` of ``prompt + answer_i``, L forward passes over the whole prompt. The scores are
+  restricted to the valid answers and renormalised, ``q_i = p(answer_i) / sum_j p(answer_j)``, and the K
+  samples are drawn from ``q`` (seeded); each sample's value is its level. Exact constrained decoding over the whole answer (not token by token), so every sample
   parses by construction, however much mass the model has moved elsewhere.
 * ``"expected"``: the critic's estimate of the state is the exact expectation ``V = sum_i q_i v_i``
   (``CriticEstimates.expectation``), which :func:`~tempo_rl.critic.endpoint_value` bootstraps from instead of
@@ -287,16 +288,22 @@ class GenerativeCritic(Critic):
     ) -> CriticEstimates:
         """``"constrained"`` / ``"expected"``: score the L answers, draw K from the restricted distribution."""
         answers = self.answer_set(query.r_max)
-        scored = await asyncio.gather(
-            *(sampler.compute_logprobs_async([*prompt, *tokens]) for _, _, tokens in answers)
-        )
+        shared = getattr(sampler, "score_continuations_async", None)
+        if shared is not None:  # the local backend: the prompt prefilled once for the whole grid
+            tails: Sequence[Sequence[float | None]] = await shared(
+                list(prompt), [list(tokens) for _, _, tokens in answers]
+            )
+        else:
+            scored = await asyncio.gather(
+                *(sampler.compute_logprobs_async([*prompt, *tokens]) for _, _, tokens in answers)
+            )
+            tails = [list(lps)[len(prompt) :] for lps in scored]
         token_lps: list[tuple[float, ...]] = []
-        for (_, text, tokens), lps in zip(answers, scored):
-            tail = list(lps)[len(prompt) :]
+        for (_, text, tokens), tail in zip(answers, tails):
             if len(tail) != len(tokens) or any(lp is None for lp in tail):
                 raise RuntimeError(
-                    f"compute_logprobs returned {len(lps)} logprobs for a prompt of {len(prompt)} tokens and the "
-                    f"answer {text!r} of {len(tokens)} tokens, or None inside the answer"
+                    f"the sampler returned {len(tail)} logprobs for the answer {text!r} of {len(tokens)} tokens "
+                    f"after a prompt of {len(prompt)} tokens, or None inside the answer"
                 )
             token_lps.append(tuple(float(lp) for lp in tail if lp is not None))
         q = restricted_probs([sum(lps) for lps in token_lps])

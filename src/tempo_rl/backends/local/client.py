@@ -248,6 +248,61 @@ class LocalSamplingClient:
         """:meth:`compute_logprobs` in a worker thread."""
         return await asyncio.to_thread(self.compute_logprobs, tokens)
 
+    def score_continuations(
+        self, prompt: Sequence[int], continuations: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
+        """The logprobs of each continuation after one shared prompt, the prompt prefilled once.
+
+        Returns ``[[log p(c_0 | prompt), log p(c_1 | prompt + c_0), ...] for c in continuations]``: the tail of
+        ``compute_logprobs(prompt + c)``. The prompt's keys and values are computed by one forward pass and
+        shared by the continuations, so scoring L answers of m tokens after a P-token prompt runs
+        ``P + L * (m - 1)`` token positions instead of ``L * (P + m)`` (the generative critic's answer grid,
+        :mod:`tempo_rl.critic.generative`). The values agree with :meth:`compute_logprobs` up to float rounding
+        (the continuation tokens attend to cached keys instead of recomputed ones); a call always runs the same
+        computation, so it is deterministic.
+        """
+        torch = require("torch", "local")
+        ids = [int(t) for t in prompt]
+        conts = [[int(t) for t in c] for c in continuations]
+        if not ids:
+            raise ValueError("score_continuations: empty prompt")
+        bad = [t for t in [*ids, *(t for c in conts for t in c)] if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"score_continuations: token ids {bad[:5]} outside [0, {self.vocab_size})")
+        limit = _max_positions(self.model)
+        longest = len(ids) + max((len(c) for c in conts), default=0)
+        if limit is not None and longest > limit:
+            raise ValueError(
+                f"score_continuations: prompt + continuation is {longest} tokens, over the model's "
+                f"max_positions={limit}; shorten the prompt (e.g. sampling.critic_max_prompt_tokens)"
+            )
+        out: list[list[float]] = []
+        with self._lock, torch.inference_mode():
+            x = torch.tensor([ids], dtype=torch.long, device=self.device)
+            logits, cache = forward_logits(self.model, x, use_cache=True, logits_to_keep=1)
+            first = torch.log_softmax(logits[0, -1], dim=-1)
+            for c in conts:
+                if not c:
+                    out.append([])
+                    continue
+                lps = [float(first[c[0]])]
+                if len(c) > 1:
+                    y = torch.tensor([c], dtype=torch.long, device=self.device)
+                    pos = torch.arange(len(ids), len(ids) + len(c) - 1, device=self.device)[None]
+                    step, _ = forward_logits(
+                        self.model, y[:, :-1], position_ids=pos, cache=copy.deepcopy(cache), use_cache=True
+                    )
+                    lp = torch.log_softmax(step[0], dim=-1).gather(-1, y[0, 1:, None]).squeeze(-1)
+                    lps.extend(float(v) for v in lp.tolist())
+                out.append(lps)
+        return out
+
+    async def score_continuations_async(
+        self, prompt: Sequence[int], continuations: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
+        """:meth:`score_continuations` in a worker thread."""
+        return await asyncio.to_thread(self.score_continuations, prompt, continuations)
+
     def get_tokenizer(self) -> Tokenizer:
         """The tokenizer of this model."""
         return self.tokenizer
