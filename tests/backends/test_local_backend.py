@@ -180,3 +180,25 @@ def test_local_checkpoint_directory_round_trip(tokenizer: Any, tmp_path: Path) -
     )
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         create_clients(LocalBackendConfig(model_path=str(tmp_path / "nope")), tokenizer=tokenizer)
+
+
+def test_score_continuations_is_the_tail_of_compute_logprobs(local_training: Any) -> None:
+    """The shared-prompt scorer of the critic's answer grid gives each continuation's logprobs as
+    ``compute_logprobs(prompt + c)[len(prompt):]`` (to float rounding), the same on every call."""
+    tok = local_training.get_tokenizer()
+    sampler = local_training.save_weights_and_get_sampling_client()
+    prompt = tok.encode("You are the critic. Task: open the door. Value:", add_special_tokens=False)
+    answers = [tok.encode(f"<value>{v}</value>", add_special_tokens=False) for v in ("0", "1", "0.5")]
+    conts = [*answers, answers[0][:1], []]
+    shared = sampler.score_continuations(prompt, conts)
+    assert [len(t) for t in shared] == [len(c) for c in conts]
+    for c, tail in zip(conts[:-1], shared[:-1]):
+        np.testing.assert_allclose(tail, sampler.compute_logprobs(prompt + c)[len(prompt) :], atol=1e-5)
+    assert shared == sampler.score_continuations(prompt, conts)  # deterministic
+    assert asyncio.run(sampler.score_continuations_async(prompt, conts)) == shared
+    with pytest.raises(ValueError, match="empty prompt"):
+        sampler.score_continuations([], conts)
+    with pytest.raises(ValueError, match=r"token ids \[999999\] outside"):
+        sampler.score_continuations(prompt, [[999999]])
+    with pytest.raises(ValueError, match="over the model's max_positions"):
+        sampler.score_continuations(prompt * 5000, conts[:1])

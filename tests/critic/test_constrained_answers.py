@@ -252,3 +252,32 @@ def test_every_constrained_answer_parses_to_its_level(
         assert read.status is ValueStatus.OK and read.value == sample.value  # the value it writes
         assert any(abs(sample.value - v) <= 5e-5 for v in grid)  # a grid level, to the 4 decimals written
     assert est.expectation is not None and 0.0 <= est.expectation <= r_max + 1e-9
+
+
+class SharedScorer(TableScorer):
+    """A :class:`TableScorer` that also scores a whole answer grid after one prompt
+    (``score_continuations_async``, the local backend's shared prefill)."""
+
+    def __init__(self, table: Mapping[int, float], default: float = math.log(0.5)) -> None:
+        super().__init__(table, default)
+        self.shared: list[tuple[list[int], list[list[int]]]] = []
+
+    async def score_continuations_async(
+        self, prompt: Sequence[int], continuations: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
+        self.shared.append((list(prompt), [list(c) for c in continuations]))
+        return [[self.table.get(int(t), self.default) for t in c] for c in continuations]
+
+
+def test_a_shared_prompt_scorer_scores_the_grid_in_one_call_with_the_same_result() -> None:
+    table = {ord("0"): math.log(0.2), ord("1"): math.log(0.6)}
+    shared, single = SharedScorer(table), TableScorer(table)
+    est = asyncio.run(critic("expected").estimate(query(), 8, shared, seed=7))
+    ref = asyncio.run(critic("expected").estimate(query(), 8, single, seed=7))
+    prompt = [*PROMPT, *map(ord, "<value>")]
+    assert shared.scored == [] and shared.shared == [
+        (prompt, [list(map(ord, "0</value>")), list(map(ord, "1</value>"))])
+    ]
+    assert est.expectation == ref.expectation == pytest.approx(0.75, abs=1e-12)
+    np.testing.assert_array_equal(est.values, ref.values)
+    assert [a.sequence.logprobs for a in est.answers] == [a.sequence.logprobs for a in ref.answers]
