@@ -1,0 +1,32 @@
+"""``benchmarks/critic_warmup.py``: when the correlation bar counts as reached, by hand, and a smoke run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from benchmark_runs import load_benchmark, run_benchmark
+
+pytest.importorskip("torch")
+
+warmup = load_benchmark("critic_warmup")
+
+
+def test_steps_to_bar_needs_the_bar_held_to_the_end() -> None:
+    steps = [100.0, 200.0, 300.0, 400.0, 500.0]
+    assert warmup.steps_to_bar({"corr": [0.1, 0.75, 0.6, 0.72, 0.9], "env_steps": steps}, 0.7) == 400.0
+    assert warmup.steps_to_bar({"corr": [0.8, 0.9, 0.7, 0.71, 0.95], "env_steps": steps}, 0.7) == 100.0
+    # an undefined correlation (every target equal) breaks the run, and a last update below the bar is "never"
+    assert warmup.steps_to_bar({"corr": [0.8, None, 0.9, 0.9, 0.9], "env_steps": steps}, 0.7) == 300.0
+    assert warmup.steps_to_bar({"corr": [0.8, 0.9, 0.9, 0.9, 0.5], "env_steps": steps}, 0.7) is None
+    assert warmup.steps_to_bar({"corr": [], "env_steps": []}, 0.7) is None
+
+
+def test_quick_run_prints_one_curve_per_seed(tmp_path: Path) -> None:
+    figures = run_benchmark("critic_warmup.py", "--quick", "--work", str(tmp_path))
+    assert figures["benchmark"] == "critic_warmup" and figures["updates"] == 2
+    curve = figures["seed0"]
+    assert len(curve["corr"]) == len(curve["mean_estimate"]) == len(curve["env_steps"]) == 2
+    assert 0 < curve["env_steps"][0] < curve["env_steps"][1]  # cumulative, every update plays games
+    assert all(0.0 <= v <= 1.0 for v in curve["mean_estimate"])  # V_hat is an expectation over 0 and 1
+    assert curve["env_steps_to_bar"] is None or curve["env_steps_to_bar"] in curve["env_steps"]
