@@ -16,8 +16,8 @@ Prints ONE JSON line: per seed, per update, the correlation, the critic's mean e
 mean, the policy's success from those states) and the cumulative env steps; and per seed the env steps after
 which the correlation stays at or above ``--bar`` (0.7) for the rest of the run (null: never).
 
-Measured 2026-12-04 (``--seeds 0 1``, 30 updates of 8 games and 6 states, about 17 minutes per seed on one
-core): ``docs/results.md``, "What is open".
+Measured 2026-12-04 (``--seeds 0 1 --jobs 2``, 30 updates of 8 games and 6 states: 23 minutes on 2 cores,
+warm starts included): ``docs/results.md``, "What is open".
 
 Usage::
 
