@@ -25,8 +25,9 @@ Answer modes (``answer``):
   backend) the prompt is prefilled once and its keys and values are shared by the L answers; otherwise by
   ``compute_logprobs`` of ``prompt + answer_i``, L forward passes over the whole prompt. The scores are
   restricted to the valid answers and renormalised, ``q_i = p(answer_i) / sum_j p(answer_j)``, and the K
-  samples are drawn from ``q`` (seeded); each sample's value is its level. Exact constrained decoding over the whole answer (not token by token), so every sample
-  parses by construction, however much mass the model has moved elsewhere.
+  samples are drawn from ``q`` (seeded); each sample's value is its level. Exact constrained decoding over
+  the whole answer (not token by token), so every sample parses by construction, however much mass the model
+  has moved elsewhere.
 * ``"expected"``: the critic's estimate of the state is the exact expectation ``V = sum_i q_i v_i``
   (``CriticEstimates.expectation``), which :func:`~tempo_rl.critic.endpoint_value` bootstraps from instead of
   the mean of E noisy draws. The estimates also carry every scored answer (``CriticEstimates.answers``), and
