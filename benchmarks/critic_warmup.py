@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -74,17 +73,13 @@ def warmup_curve(seed: int, updates: int, games: int, states: int, work: Path, q
     try:
         for _ in range(updates):
             trainer.train(max_updates=1)
-            corr, mean, steps = (_finite(last.get(k)) for k in _KEYS)
+            corr, mean, steps = (mechanism._round(last.get(k)) for k in _KEYS)
             out["corr"].append(corr)
             out["mean_estimate"].append(mean)
             out["env_steps"].append(steps)
     finally:
         mechanism._close(trainer)
     return out
-
-
-def _finite(x: Any) -> float | None:
-    return round(float(x), 4) if isinstance(x, int | float) and math.isfinite(float(x)) else None
 
 
 def steps_to_bar(curve: dict[str, Any], bar: float) -> float | None:

@@ -87,6 +87,13 @@ def _max_positions(model: Any) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
+def _check_ids(ids: Sequence[int], vocab_size: int, what: str) -> None:
+    """Raise ``ValueError`` naming ``what`` and the first bad ids when a token id is outside the vocabulary."""
+    if ids and (min(ids) < 0 or max(ids) >= vocab_size):  # C-speed check of long prompts first
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        raise ValueError(f"{what}: token ids {bad[:5]} outside [0, {vocab_size})")
+
+
 class LocalSamplingClient:
     """Samples from a fixed set of weights (see :mod:`tempo_rl.backends.local.sampling` for the semantics).
 
@@ -233,9 +240,7 @@ class LocalSamplingClient:
         ids = [int(t) for t in tokens]
         if not ids:
             raise ValueError("compute_logprobs: empty token list")
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"compute_logprobs: token ids {bad[:5]} outside [0, {self.vocab_size})")
+        _check_ids(ids, self.vocab_size, "compute_logprobs")
         if len(ids) == 1:
             return [None]
         with self._lock, torch.inference_mode():
@@ -266,9 +271,7 @@ class LocalSamplingClient:
         conts = [[int(t) for t in c] for c in continuations]
         if not ids:
             raise ValueError("score_continuations: empty prompt")
-        bad = [t for t in [*ids, *(t for c in conts for t in c)] if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"score_continuations: token ids {bad[:5]} outside [0, {self.vocab_size})")
+        _check_ids([*ids, *(t for c in conts for t in c)], self.vocab_size, "score_continuations")
         limit = _max_positions(self.model)
         longest = len(ids) + max((len(c) for c in conts), default=0)
         if limit is not None and longest > limit:
