@@ -12,9 +12,14 @@ its states, between the critic's value V_hat (the expectation over its answers, 
 on them) and the state's Monte Carlo target (the return its branch got from there); it is undefined (null) when
 every target of the update is equal.
 
+After the last update a value probe (:func:`value_probe`, ``--probe-games`` held-out games, 0 = none) asks what
+a correlation of 0.7 can mean here: it scores the critic on fresh states against their single returns (the
+warm-up's own measure) and against the policy's values V_pi (``--probe-rollouts`` rollouts each), and measures
+the ceiling, the correlation of V_pi itself with the single returns, which no critic can beat on average.
+
 Prints ONE JSON line: per seed, per update, the correlation, the critic's mean estimate (it tracks the targets'
-mean, the policy's success from those states) and the cumulative env steps; and per seed the env steps after
-which the correlation stays at or above ``--bar`` (0.7) for the rest of the run (null: never).
+mean, the policy's success from those states) and the cumulative env steps; per seed the env steps after which
+the correlation stays at or above ``--bar`` (0.7) for the rest of the run (null: never), and the probe.
 
 Measured 2026-12-04 (``--seeds 0 1 --jobs 2``, 30 updates of 8 games and 6 states: 23 minutes on 2 cores,
 warm starts included): ``docs/results.md``, "What is open".
@@ -22,12 +27,14 @@ warm starts included): ``docs/results.md``, "What is open".
 Usage::
 
     python benchmarks/critic_warmup.py --seeds 0 1 --jobs 2
+    python benchmarks/critic_warmup.py --seeds 0 1 2 3 4 --jobs 2 --updates 2 --games 2 --states 2  # the arm's
     python benchmarks/critic_warmup.py --quick          # a smoke run (tiny model, 2 updates)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -35,14 +42,108 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _KEYS = ("critic/value_corr", "critic/mean_estimate_mean", "cost/env_steps")
 
 
-def warmup_curve(seed: int, updates: int, games: int, states: int, work: Path, quick: bool) -> dict[str, Any]:
+def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Pearson's r of two equal-length samples; None when either is constant (r undefined)."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if x.size < 2 or x.std() < 1e-12 or y.std() < 1e-12:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def value_probe(trainer: Any, games: int, rollouts: int) -> dict[str, Any]:
+    """The critic against the policy's own values on held-out states, and what a perfect critic would score.
+
+    ``games`` evaluation games (``env.eval_game(j)``, the same for every seed) x N branches play full episodes
+    with the current policy; every macro-step boundary strictly inside an episode (rounds H, 2H, ...) is a probe
+    state s with its single Monte Carlo return ``G(s)`` (the target the warm-up trains on). For each one:
+
+    * ``V_hat(s)``: the generative critic's value (the mean of its K estimates);
+    * ``V_pi(s)``: the policy's value, the mean return of ``rollouts`` = M rollouts from the restored state
+      (:class:`~tempo_rl.critic.MonteCarloCritic`; not counted in the run's env steps, like evaluation).
+
+    Returns the correlations ``corr(V_hat, G)`` (the warm-up's own measure), ``corr(V_hat, V_pi)`` and the
+    ceiling ``corr(V_pi, G)``, plus the means, the state count and the rollouts' env steps. Why a ceiling: a
+    single return is ``G = V_pi(s) + e`` with ``E[e | s] = 0``, so for any critic that is a function of the
+    state ``cov(V_hat, G) = cov(V_hat, V_pi)`` and
+
+        corr(V_hat, G) = corr(V_hat, V_pi) * sd(V_pi) / sd(G) = corr(V_hat, V_pi) * corr(V_pi, G)
+
+    A perfect critic reaches ``corr(V_pi, G) = sd(V_pi) / sd(G)`` against 0/1 returns, and no critic more. The
+    probe estimates it with ``V_pi``'s M-rollout mean, whose own sampling noise reads it a little low (by the
+    factor ``sd(V_pi) / sd(V_pi_M)``).
+    """
+    import asyncio
+
+    from tempo_rl.critic import MonteCarloCritic
+    from tempo_rl.signals import monte_carlo_returns
+    from tempo_rl.training.critics import state_critic
+    from tempo_rl.training.trainer import UpdateTimer
+
+    cfg = trainer.config
+    mc_config = cfg.model_copy(
+        update={"tempo": cfg.tempo.model_copy(update={"critic": "monte_carlo", "critic_rollouts": rollouts})}
+    )
+    mc = state_critic(
+        mc_config, trainer.c.chat, pool=trainer.c.pool, restore_branches=trainer.c.restore_branches
+    )
+    assert isinstance(mc, MonteCarloCritic)
+
+    async def probe() -> tuple[list[float], list[float], list[float]]:
+        starts, _ = await trainer.fresh_starts(
+            cfg.tempo.branches, [cfg.env.eval_game(j) for j in range(games)]
+        )
+        results, _ = await trainer.play(starts, segment_rounds=None, timer=UpdateTimer())
+        states, returns = [], []
+        for start, row in zip(starts, results):
+            for branch in row:
+                if branch.end_reason == "error":
+                    continue
+                g = monte_carlo_returns(np.asarray(branch.rewards, dtype=np.float64))
+                for r in range(cfg.tempo.macro_rounds, branch.rounds, cfg.tempo.macro_rounds):
+                    state = trainer.endpoint_state(start.state, branch, r)
+                    if state is not None:
+                        states.append(state)
+                        returns.append(float(g[r]))
+        queries = [trainer.critic_query(s) for s in states]
+        estimates = await trainer.estimate_many(queries, cfg.tempo.critic_samples)
+        v_pi = await asyncio.gather(
+            *(mc.estimate(q, 1, trainer.c.sampler, seed=i) for i, q in enumerate(queries))
+        )
+        return [float(np.mean(e.values)) for e in estimates], returns, [float(v.values[0]) for v in v_pi]
+
+    v_hat, g, v_pi = trainer.run_async(probe())
+    return {
+        "states": len(g),
+        "corr_v_return": pearson(v_hat, g),
+        "corr_v_vpi": pearson(v_hat, v_pi),
+        "ceiling_vpi_return": pearson(v_pi, g),
+        "mean_v": float(np.mean(v_hat)) if v_hat else None,
+        "mean_vpi": float(np.mean(v_pi)) if v_pi else None,
+        "mean_return": float(np.mean(g)) if g else None,
+        "rollout_env_steps": int(mc.env_steps),
+    }
+
+
+def warmup_curve(
+    seed: int,
+    updates: int,
+    games: int,
+    states: int,
+    work: Path,
+    quick: bool,
+    probe_games: int = 0,
+    probe_rollouts: int = 8,
+) -> dict[str, Any]:
     """The generative arm's warm-up on ``keydoor_rule`` from the benchmark's warm start of ``seed``, run for
-    ``updates`` updates: ``{"corr": [...], "mean_estimate": [...], "env_steps": [...]}``, one entry per update."""
+    ``updates`` updates: ``{"corr": [...], "mean_estimate": [...], "env_steps": [...]}``, one entry per update,
+    and with ``probe_games`` > 0 the :func:`value_probe` after the last update (``"probe"``)."""
     import mechanism
 
     from tempo_rl.training.run import build_trainer
@@ -69,7 +170,7 @@ def warmup_curve(seed: int, updates: int, games: int, states: int, work: Path, q
 
     trainer = build_trainer(cfg, run_dir, log=log, backend_state=str(warm["state"]))
     trainer.state.policy_version = 1  # as the benchmark: the warm start was one policy version
-    out: dict[str, list[float | None]] = {"corr": [], "mean_estimate": [], "env_steps": []}
+    out: dict[str, Any] = {"corr": [], "mean_estimate": [], "env_steps": []}
     try:
         for _ in range(updates):
             trainer.train(max_updates=1)
@@ -77,6 +178,9 @@ def warmup_curve(seed: int, updates: int, games: int, states: int, work: Path, q
             out["corr"].append(corr)
             out["mean_estimate"].append(mean)
             out["env_steps"].append(steps)
+        if probe_games:
+            probe = value_probe(trainer, probe_games, probe_rollouts)
+            out["probe"] = {k: mechanism._round(v) if isinstance(v, float) else v for k, v in probe.items()}
     finally:
         mechanism._close(trainer)
     return out
@@ -101,19 +205,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--games", type=int, default=8, help="fresh games per warm-up update (the arm: 2)")
     ap.add_argument("--states", type=int, default=6, help="critic states per episode (the arm: 2)")
     ap.add_argument("--bar", type=float, default=0.7)
+    ap.add_argument("--probe-games", type=int, default=8, help="held-out games of the value probe (0: none)")
+    ap.add_argument("--probe-rollouts", type=int, default=8, help="M rollouts per probe state for V_pi")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--work", type=Path, default=Path("runs/mechanism-work"), help="the benchmark's cache")
     ap.add_argument("--quick", action="store_true", help="tiny model, 2 updates of 1 game: a smoke run")
     args = ap.parse_args(argv)
     if args.quick:
         args.seeds, args.updates, args.games, args.states = [0], 2, 1, 2
+        args.probe_games, args.probe_rollouts = min(args.probe_games, 1), min(args.probe_rollouts, 2)
     args.work.mkdir(parents=True, exist_ok=True)
-    jobs = [(s, args.updates, args.games, args.states, args.work, args.quick) for s in args.seeds]
+    run = functools.partial(
+        warmup_curve,
+        updates=args.updates,
+        games=args.games,
+        states=args.states,
+        work=args.work,
+        quick=args.quick,
+        probe_games=args.probe_games,
+        probe_rollouts=args.probe_rollouts,
+    )
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
-            curves = list(pool.map(warmup_curve, *zip(*jobs)))
+            curves = list(pool.map(run, args.seeds))
     else:
-        curves = [warmup_curve(*job) for job in jobs]
+        curves = [run(seed) for seed in args.seeds]
     out: dict[str, Any] = {
         "benchmark": "critic_warmup",
         "env": "keydoor_rule",
@@ -121,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "games_per_update": args.games,
         "states_per_episode": args.states,
         "bar": args.bar,
+        "probe_games": args.probe_games,
+        "probe_rollouts": args.probe_rollouts,
     }
     for seed, curve in zip(args.seeds, curves):
         out[f"seed{seed}"] = {**curve, "env_steps_to_bar": steps_to_bar(curve, args.bar)}

@@ -1,4 +1,5 @@
-"""``benchmarks/critic_warmup.py``: when the correlation bar counts as reached, by hand, and a smoke run."""
+"""``benchmarks/critic_warmup.py``: when the correlation bar counts as reached and Pearson's r, by hand, and a
+smoke run with its value probe."""
 
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ def test_steps_to_bar_needs_the_bar_held_to_the_end() -> None:
     assert warmup.steps_to_bar({"corr": [], "env_steps": []}, 0.7) is None
 
 
+def test_pearson_by_hand_and_undefined_for_a_constant() -> None:
+    assert warmup.pearson([1.0, 2.0, 3.0], [2.0, 4.0, 6.0]) == pytest.approx(1.0)
+    assert warmup.pearson([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert warmup.pearson([0.0, 0.0, 1.0, 1.0], [0.0, 1.0, 0.0, 1.0]) == pytest.approx(0.0)
+    # x = (0, 1, 2), y = (0, 0, 1): cov = 1/3, sd_x = sqrt(2/3), sd_y = sqrt(2/9) -> r = (1/3) / sqrt(4/27) = 0.866
+    assert warmup.pearson([0.0, 1.0, 2.0], [0.0, 0.0, 1.0]) == pytest.approx(0.8660254, abs=1e-7)
+    assert warmup.pearson([0.5, 0.5, 0.5], [0.0, 1.0, 0.0]) is None  # every target of a failing policy is 0
+    assert warmup.pearson([1.0], [1.0]) is None
+
+
 def test_quick_run_prints_one_curve_per_seed(tmp_path: Path) -> None:
     figures = run_benchmark("critic_warmup.py", "--quick", "--work", str(tmp_path))
     assert figures["benchmark"] == "critic_warmup" and figures["updates"] == 2
@@ -30,3 +41,13 @@ def test_quick_run_prints_one_curve_per_seed(tmp_path: Path) -> None:
     assert 0 < curve["env_steps"][0] < curve["env_steps"][1]  # cumulative, every update plays games
     assert all(0.0 <= v <= 1.0 for v in curve["mean_estimate"])  # V_hat is an expectation over 0 and 1
     assert curve["env_steps_to_bar"] is None or curve["env_steps_to_bar"] in curve["env_steps"]
+    probe = curve["probe"]  # the value probe after the warm-up: 1 held-out game x 2 branches, M = 2 rollouts
+    assert figures["probe_games"] == 1 and figures["probe_rollouts"] == 2
+    assert probe["states"] > 0 and probe["rollout_env_steps"] > 0
+    assert (
+        0.0 <= probe["mean_v"] <= 1.0
+        and 0.0 <= probe["mean_vpi"] <= 1.0
+        and 0.0 <= probe["mean_return"] <= 1.0
+    )
+    for key in ("corr_v_return", "corr_v_vpi", "ceiling_vpi_return"):
+        assert probe[key] is None or -1.0 <= probe[key] <= 1.0
