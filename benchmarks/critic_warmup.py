@@ -12,6 +12,11 @@ its states, between the critic's value V_hat (the expectation over its answers, 
 on them) and the state's Monte Carlo target (the return its branch got from there); it is undefined (null) when
 every target of the update is equal.
 
+How the warm-up is run is a :class:`Design`: by default the arm's (critic states every H rounds, 4 optimiser
+steps a batch, one set of weights for actor and critic); ``--stride``, ``--substeps``, ``--epochs`` and
+``--own-weights`` (a critic with weights of its own, simulated: the warm start's policy plays every episode and
+only the critic's Datums train) change it, to find where the critic's signal is lost.
+
 After the last update a value probe (:func:`value_probe`, ``--probe-games`` held-out games, 0 = none) asks what
 a correlation of 0.7 can mean here: it scores the critic on fresh states against their single returns (the
 warm-up's own measure) and against the policy's values V_pi (``--probe-rollouts`` rollouts each), and measures
@@ -28,6 +33,8 @@ Usage::
 
     python benchmarks/critic_warmup.py --seeds 0 1 --jobs 2
     python benchmarks/critic_warmup.py --seeds 0 1 2 3 4 --jobs 2 --updates 2 --games 2 --states 2  # the arm's
+    python benchmarks/critic_warmup.py --seeds 0 1 2 3 4 --jobs 2 --updates 4 --games 4 --states 0 \
+        --stride 1 --substeps 16 --epochs 2 --own-weights          # every round, a critic of its own
     python benchmarks/critic_warmup.py --quick          # a smoke run (tiny model, 2 updates)
 """
 
@@ -39,6 +46,7 @@ import json
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +57,69 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 _KEYS = ("critic/value_corr", "critic/mean_estimate_mean", "cost/env_steps")
 
 
+@dataclass(frozen=True)
+class Design:
+    """How the critic's warm-up is run (the defaults are the mechanism benchmark's generative arm).
+
+    Attributes:
+        stride: critic states every ``stride`` rounds of an episode (None: H, the arm's macro-step boundaries;
+            1: every round; with a reward only at the exit every state of an episode has the same target).
+        substeps: optimiser steps per warm-up batch (``tempo.warmup_substeps``; the arm: 4).
+        epochs: passes over each warm-up batch's Datums (``substeps * epochs`` steps in all).
+        own_weights: simulate a critic with weights of its own, initialised from the warm start: the warm
+            start's policy (its sampling client, kept) plays every episode and every probe rollout, and only
+            the critic's Datums train the model, which from then on answers only as the critic. The library's
+            trainer shares one set of weights between actor and critic; this measures what separating them
+            would change, with the actor held at the warm start (no TD here).
+    """
+
+    stride: int | None = None
+    substeps: int = 4
+    epochs: int = 1
+    own_weights: bool = False
+
+    def label(self) -> str:
+        """A short name for run directories."""
+        own = "-own" if self.own_weights else ""
+        return f"h{self.stride or 'H'}-s{self.substeps}-e{self.epochs}{own}"
+
+
+def apply_design(trainer: Any, design: Design) -> Any:
+    """Set ``design``'s epochs and own weights on ``trainer`` (its ``train_step`` and, with own weights, its
+    ``rollout``); returns the sampling client that plays the episodes from now on (the warm start's with own
+    weights, else None: the trainer's current one)."""
+    import types
+
+    from tempo_rl.rollout.branches import run_branches
+
+    if design.epochs == 1 and not design.own_weights:
+        return None
+    train_step = trainer.train_step
+
+    def repeated(datums: Sequence[Any], timer: Any = None, substeps: int | None = None) -> Any:
+        kept = [d for d in datums if not design.own_weights or d.tags.get("role") == "critic"]
+        return train_step(kept * design.epochs, timer, substeps=(substeps or 1) * design.epochs)
+
+    trainer.train_step = repeated
+    if not design.own_weights:
+        return None
+    actor = trainer.c.sampler  # the warm start's policy: a snapshot, untouched by later steps
+
+    async def rollout(self: Any, starts: Sequence[Any], settings: Any) -> Any:
+        return await run_branches(
+            [s.state for s in starts],
+            [s.envs for s in starts],
+            sampler=actor,
+            chat=self.c.chat,
+            settings=settings,
+            pool=self.c.pool,
+            parser=self.c.parser,
+        )
+
+    trainer.rollout = types.MethodType(rollout, trainer)
+    return actor
+
+
 def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Pearson's r of two equal-length samples; None when either is constant (r undefined)."""
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -57,7 +128,7 @@ def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
     return float(np.corrcoef(x, y)[0, 1])
 
 
-def value_probe(trainer: Any, games: int, rollouts: int) -> dict[str, Any]:
+def value_probe(trainer: Any, games: int, rollouts: int, policy: Any = None) -> dict[str, Any]:
     """The critic against the policy's own values on held-out states, and what a perfect critic would score.
 
     ``games`` evaluation games (``env.eval_game(j)``, the same for every seed) x N branches play full episodes
@@ -66,7 +137,8 @@ def value_probe(trainer: Any, games: int, rollouts: int) -> dict[str, Any]:
 
     * ``V_hat(s)``: the generative critic's value (the mean of its K estimates);
     * ``V_pi(s)``: the policy's value, the mean return of ``rollouts`` = M rollouts from the restored state
-      (:class:`~tempo_rl.critic.MonteCarloCritic`; not counted in the run's env steps, like evaluation).
+      (:class:`~tempo_rl.critic.MonteCarloCritic`; not counted in the run's env steps, like evaluation), played
+      by ``policy`` (a sampling client; default the trainer's, the one that plays the episodes).
 
     Returns the correlations ``corr(V_hat, G)`` (the warm-up's own measure), ``corr(V_hat, V_pi)`` and the
     ceiling ``corr(V_pi, G)``, plus the means, the state count and the rollouts' env steps. Why a ceiling: a
@@ -114,7 +186,7 @@ def value_probe(trainer: Any, games: int, rollouts: int) -> dict[str, Any]:
         queries = [trainer.critic_query(s) for s in states]
         estimates = await trainer.estimate_many(queries, cfg.tempo.critic_samples)
         v_pi = await asyncio.gather(
-            *(mc.estimate(q, 1, trainer.c.sampler, seed=i) for i, q in enumerate(queries))
+            *(mc.estimate(q, 1, policy or trainer.c.sampler, seed=i) for i, q in enumerate(queries))
         )
         return [float(np.mean(e.values)) for e in estimates], returns, [float(v.values[0]) for v in v_pi]
 
@@ -135,15 +207,17 @@ def warmup_curve(
     seed: int,
     updates: int,
     games: int,
-    states: int,
+    states: int | None,
     work: Path,
     quick: bool,
     probe_games: int = 0,
     probe_rollouts: int = 8,
+    design: Design = Design(),
 ) -> dict[str, Any]:
     """The generative arm's warm-up on ``keydoor_rule`` from the benchmark's warm start of ``seed``, run for
-    ``updates`` updates: ``{"corr": [...], "mean_estimate": [...], "env_steps": [...]}``, one entry per update,
-    and with ``probe_games`` > 0 the :func:`value_probe` after the last update (``"probe"``)."""
+    ``updates`` updates with ``states`` critic states per episode (None: all) and the critic ``design``:
+    ``{"corr": [...], "mean_estimate": [...], "env_steps": [...]}``, one entry per update, and with
+    ``probe_games`` > 0 the :func:`value_probe` after the last update (``"probe"``)."""
     import mechanism
 
     from tempo_rl.training.run import build_trainer
@@ -152,15 +226,19 @@ def warmup_curve(
     env = (mechanism.QUICK_ENVS if quick else mechanism.ENVS)["keydoor_rule"]
     tok_dir = mechanism.build_env_tokenizer(env, scale, work)
     warm = mechanism.warm_start_task(env, scale, seed, work, tok_dir)
-    run_dir = work / f"{env.name}-seed{seed}-critic-warmup-{updates}x{games}x{states}"
+    run_dir = work / f"{env.name}-seed{seed}-critic-warmup-{updates}x{games}x{states}-{design.label()}"
     cfg = mechanism.make_config(env, scale, seed, "generative", run_dir, tok_dir)
     tempo = cfg.tempo.model_copy(
         update={
             "warmup_updates": updates,
             "warmup_games_per_batch": games,
             "warmup_states_per_episode": states,
+            "warmup_substeps": design.substeps,
+            # boundaries every `stride` rounds; the probe's states stay at the arm's H
+            "macro_rounds": design.stride or cfg.tempo.macro_rounds,
         }
     )
+    probe_config = cfg
     cfg = cfg.model_copy(update={"tempo": tempo})
     last: dict[str, float] = {}
 
@@ -170,6 +248,7 @@ def warmup_curve(
 
     trainer = build_trainer(cfg, run_dir, log=log, backend_state=str(warm["state"]))
     trainer.state.policy_version = 1  # as the benchmark: the warm start was one policy version
+    policy = apply_design(trainer, design)
     out: dict[str, Any] = {"corr": [], "mean_estimate": [], "env_steps": []}
     try:
         for _ in range(updates):
@@ -179,7 +258,8 @@ def warmup_curve(
             out["mean_estimate"].append(mean)
             out["env_steps"].append(steps)
         if probe_games:
-            probe = value_probe(trainer, probe_games, probe_rollouts)
+            trainer.config = probe_config  # probe states every H rounds, as the arm's
+            probe = value_probe(trainer, probe_games, probe_rollouts, policy)
             out["probe"] = {k: mechanism._round(v) if isinstance(v, float) else v for k, v in probe.items()}
     finally:
         mechanism._close(trainer)
@@ -203,7 +283,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1])
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--games", type=int, default=8, help="fresh games per warm-up update (the arm: 2)")
-    ap.add_argument("--states", type=int, default=6, help="critic states per episode (the arm: 2)")
+    ap.add_argument("--states", type=int, default=6, help="critic states per episode (the arm: 2; 0: all)")
+    ap.add_argument(
+        "--stride", type=int, default=None, help="critic states every R rounds (default H; 1: all)"
+    )
+    ap.add_argument("--substeps", type=int, default=4, help="optimiser steps per warm-up batch (the arm: 4)")
+    ap.add_argument("--epochs", type=int, default=1, help="passes over each warm-up batch (the arm: 1)")
+    ap.add_argument(
+        "--own-weights", action="store_true", help="simulate a critic with its own weights (see Design)"
+    )
     ap.add_argument("--bar", type=float, default=0.7)
     ap.add_argument("--probe-games", type=int, default=8, help="held-out games of the value probe (0: none)")
     ap.add_argument("--probe-rollouts", type=int, default=8, help="M rollouts per probe state for V_pi")
@@ -215,15 +303,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.seeds, args.updates, args.games, args.states = [0], 2, 1, 2
         args.probe_games, args.probe_rollouts = min(args.probe_games, 1), min(args.probe_rollouts, 2)
     args.work.mkdir(parents=True, exist_ok=True)
+    design = Design(args.stride, args.substeps, args.epochs, args.own_weights)
     run = functools.partial(
         warmup_curve,
         updates=args.updates,
         games=args.games,
-        states=args.states,
+        states=args.states or None,
         work=args.work,
         quick=args.quick,
         probe_games=args.probe_games,
         probe_rollouts=args.probe_rollouts,
+        design=design,
     )
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
@@ -239,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bar": args.bar,
         "probe_games": args.probe_games,
         "probe_rollouts": args.probe_rollouts,
+        "design": asdict(design),
     }
     for seed, curve in zip(args.seeds, curves):
         out[f"seed{seed}"] = {**curve, "env_steps_to_bar": steps_to_bar(curve, args.bar)}

@@ -4,6 +4,8 @@ smoke run with its value probe."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from benchmark_runs import load_benchmark, run_benchmark
@@ -33,6 +35,40 @@ def test_pearson_by_hand_and_undefined_for_a_constant() -> None:
     assert warmup.pearson([1.0], [1.0]) is None
 
 
+class _Trainer:
+    """What :func:`apply_design` touches of a trainer: ``train_step`` (recorded) and ``c.sampler``."""
+
+    def __init__(self) -> None:
+        self.c = SimpleNamespace(sampler="warm start's sampler", chat=None, pool=None, parser=None)
+        self.calls: list[tuple[list[Any], int | None]] = []
+
+    def train_step(self, datums: Any, timer: Any = None, substeps: int | None = None) -> dict[str, float]:
+        self.calls.append((list(datums), substeps))
+        return {}
+
+
+def test_the_arms_design_leaves_the_trainer_alone() -> None:
+    trainer = _Trainer()
+    step = trainer.train_step
+    assert warmup.apply_design(trainer, warmup.Design()) is None
+    assert trainer.train_step == step
+    assert warmup.Design().label() == "hH-s4-e1"
+
+
+def test_own_weights_trains_only_the_critic_datums_once_per_epoch() -> None:
+    trainer = _Trainer()
+    actor = warmup.apply_design(trainer, warmup.Design(stride=1, substeps=16, epochs=2, own_weights=True))
+    assert actor == "warm start's sampler"  # kept: it plays every episode from here on
+    assert warmup.Design(stride=1, substeps=16, epochs=2, own_weights=True).label() == "h1-s16-e2-own"
+    a, c1, c2 = (SimpleNamespace(tags={"role": r}) for r in ("actor", "critic", "critic"))
+    trainer.train_step([a, c1, c2], None, substeps=16)
+    assert trainer.calls == [([c1, c2, c1, c2], 32)]  # 2 passes, 16 steps each; the actor's Datum dropped
+    shared = _Trainer()
+    assert warmup.apply_design(shared, warmup.Design(epochs=3)) is None  # epochs alone: every Datum, 3 passes
+    shared.train_step([a, c1], None, substeps=4)
+    assert shared.calls == [([a, c1, a, c1, a, c1], 12)]
+
+
 def test_quick_run_prints_one_curve_per_seed(tmp_path: Path) -> None:
     figures = run_benchmark("critic_warmup.py", "--quick", "--work", str(tmp_path))
     assert figures["benchmark"] == "critic_warmup" and figures["updates"] == 2
@@ -51,3 +87,12 @@ def test_quick_run_prints_one_curve_per_seed(tmp_path: Path) -> None:
     )
     for key in ("corr_v_return", "corr_v_vpi", "ceiling_vpi_return"):
         assert probe[key] is None or -1.0 <= probe[key] <= 1.0
+
+
+def test_quick_run_with_a_critic_of_its_own(tmp_path: Path) -> None:
+    args = ("--quick", "--work", str(tmp_path), "--own-weights", "--stride", "1", "--epochs", "2")
+    figures = run_benchmark("critic_warmup.py", *args)
+    assert figures["design"] == {"stride": 1, "substeps": 4, "epochs": 2, "own_weights": True}
+    curve = figures["seed0"]
+    assert len(curve["corr"]) == 2 and curve["probe"]["states"] > 0
+    assert all(0.0 <= v <= 1.0 for v in curve["mean_estimate"])
