@@ -26,8 +26,9 @@ Prints ONE JSON line: per seed, per update, the correlation, the critic's mean e
 mean, the policy's success from those states) and the cumulative env steps; per seed the env steps after which
 the correlation stays at or above ``--bar`` (0.7) for the rest of the run (null: never), and the probe.
 
-Measured 2026-12-04 (``--seeds 0 1 --jobs 2``, 30 updates of 8 games and 6 states: 23 minutes on 2 cores,
-warm starts included): ``docs/results.md``, "What is open".
+Measured 2026-12-04 (``--seeds 0 1 --jobs 2``, 30 updates of 8 games and 6 states, before the probe existed:
+23 minutes on 2 cores, warm starts included), and the probe on seeds 0-4 for the arm's design and for a critic
+with its own weights (third stop, about 20 minutes a run): ``docs/results.md``, "What is open".
 
 Usage::
 
