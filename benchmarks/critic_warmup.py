@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -122,11 +123,12 @@ def apply_design(trainer: Any, design: Design) -> Any:
 
 
 def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Pearson's r of two equal-length samples; None when either is constant (r undefined)."""
-    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if x.size < 2 or x.std() < 1e-12 or y.std() < 1e-12:
-        return None
-    return float(np.corrcoef(x, y)[0, 1])
+    """Pearson's r of two equal-length samples (the trainer's ``critic/value_corr`` function); None where it is
+    undefined (fewer than 2 pairs, or either side constant)."""
+    from tempo_rl.training.metrics import correlation
+
+    r = correlation(a, b)
+    return None if math.isnan(r) else r
 
 
 def value_probe(trainer: Any, games: int, rollouts: int, policy: Any = None) -> dict[str, Any]:
