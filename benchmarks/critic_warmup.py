@@ -42,6 +42,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -73,17 +74,22 @@ class Design:
             the critic's Datums train the model, which from then on answers only as the critic. The library's
             trainer shares one set of weights between actor and critic; this measures what separating them
             would change, with the actor held at the warm start (no TD here).
+        replay: every warm-up step trains on the critic Datums of all warm-up updates so far, not only the
+            latest batch's (Monte Carlo regression on the whole warm-up's data: a batch whose episodes were all
+            lost no longer pulls every value to 0).
     """
 
     stride: int | None = None
     substeps: int = 4
     epochs: int = 1
     own_weights: bool = False
+    replay: bool = False
 
     def label(self) -> str:
         """A short name for run directories."""
         own = "-own" if self.own_weights else ""
-        return f"h{self.stride or 'H'}-s{self.substeps}-e{self.epochs}{own}"
+        replay = "-replay" if self.replay else ""
+        return f"h{self.stride or 'H'}-s{self.substeps}-e{self.epochs}{own}{replay}"
 
 
 def apply_design(trainer: Any, design: Design) -> Any:
@@ -94,12 +100,17 @@ def apply_design(trainer: Any, design: Design) -> Any:
 
     from tempo_rl.rollout.branches import run_branches
 
-    if design.epochs == 1 and not design.own_weights:
+    if design.epochs == 1 and not design.own_weights and not design.replay:
         return None
     train_step = trainer.train_step
+    replayed: list[Any] = []  # the critic Datums of the earlier warm-up updates (with ``design.replay``)
 
     def repeated(datums: Sequence[Any], timer: Any = None, substeps: int | None = None) -> Any:
         kept = [d for d in datums if not design.own_weights or d.tags.get("role") == "critic"]
+        if design.replay:
+            earlier = list(replayed)
+            replayed.extend(d for d in datums if d.tags.get("role") == "critic")
+            kept = earlier + kept
         return train_step(kept * design.epochs, timer, substeps=(substeps or 1) * design.epochs)
 
     trainer.train_step = repeated
@@ -295,6 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--own-weights", action="store_true", help="simulate a critic with its own weights (see Design)"
     )
+    ap.add_argument(
+        "--replay", action="store_true", help="train on every warm-up update's critic Datums so far"
+    )
     ap.add_argument("--bar", type=float, default=0.7)
     ap.add_argument("--probe-games", type=int, default=8, help="held-out games of the value probe (0: none)")
     ap.add_argument("--probe-rollouts", type=int, default=8, help="M rollouts per probe state for V_pi")
@@ -306,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.seeds, args.updates, args.games, args.states = [0], 2, 1, 2
         args.probe_games, args.probe_rollouts = min(args.probe_games, 1), min(args.probe_rollouts, 2)
     args.work.mkdir(parents=True, exist_ok=True)
-    design = Design(args.stride, args.substeps, args.epochs, args.own_weights)
+    design = Design(args.stride, args.substeps, args.epochs, args.own_weights, args.replay)
     run = functools.partial(
         warmup_curve,
         updates=args.updates,
@@ -318,11 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         probe_rollouts=args.probe_rollouts,
         design=design,
     )
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            curves = list(pool.map(run, args.seeds))
-    else:
-        curves = [run(seed) for seed in args.seeds]
+    curves = []
+    with ProcessPoolExecutor(args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
+        for seed, curve in zip(args.seeds, pool.map(run, args.seeds) if pool else map(run, args.seeds)):
+            print(json.dumps({"seed": seed, **curve}), file=sys.stderr, flush=True)  # progress, in seed order
+            curves.append(curve)
     out: dict[str, Any] = {
         "benchmark": "critic_warmup",
         "env": "keydoor_rule",

@@ -69,6 +69,25 @@ def test_own_weights_trains_only_the_critic_datums_once_per_epoch() -> None:
     assert shared.calls == [([a, c1, a, c1, a, c1], 12)]
 
 
+def test_replay_trains_every_earlier_updates_critic_datums_again() -> None:
+    trainer = _Trainer()
+    design = warmup.Design(stride=1, substeps=2, own_weights=True, replay=True)
+    assert design.label() == "h1-s2-e1-own-replay"
+    warmup.apply_design(trainer, design)
+    a1, c1, c2, a2, c3 = (
+        SimpleNamespace(tags={"role": r}) for r in ("actor", "critic", "critic", "actor", "critic")
+    )
+    trainer.train_step([a1, c1, c2], None, substeps=2)
+    trainer.train_step([a2, c3], None, substeps=2)
+    # update 2 trains update 1's critic Datums again, before its own; no actor Datum ever (own weights)
+    assert trainer.calls == [([c1, c2], 2), ([c1, c2, c3], 2)]
+    shared = _Trainer()
+    warmup.apply_design(shared, warmup.Design(replay=True))  # shared weights: the actor's Datums once
+    shared.train_step([a1, c1], None, substeps=4)
+    shared.train_step([a2, c3], None, substeps=4)
+    assert shared.calls == [([a1, c1], 4), ([c1, a2, c3], 4)]
+
+
 def test_quick_run_prints_one_curve_per_seed(tmp_path: Path) -> None:
     figures = run_benchmark("critic_warmup.py", "--quick", "--work", str(tmp_path))
     assert figures["benchmark"] == "critic_warmup" and figures["updates"] == 2
@@ -92,7 +111,13 @@ def test_quick_run_prints_one_curve_per_seed(tmp_path: Path) -> None:
 def test_quick_run_with_a_critic_of_its_own(tmp_path: Path) -> None:
     args = ("--quick", "--work", str(tmp_path), "--own-weights", "--stride", "1", "--epochs", "2")
     figures = run_benchmark("critic_warmup.py", *args)
-    assert figures["design"] == {"stride": 1, "substeps": 4, "epochs": 2, "own_weights": True}
+    assert figures["design"] == {
+        "stride": 1,
+        "substeps": 4,
+        "epochs": 2,
+        "own_weights": True,
+        "replay": False,
+    }
     curve = figures["seed0"]
     assert len(curve["corr"]) == 2 and curve["probe"]["states"] > 0
     assert all(0.0 <= v <= 1.0 for v in curve["mean_estimate"])
