@@ -13,9 +13,10 @@ on them) and the state's Monte Carlo target (the return its branch got from ther
 every target of the update is equal.
 
 How the warm-up is run is a :class:`Design`: by default the arm's (critic states every H rounds, 4 optimiser
-steps a batch, one set of weights for actor and critic); ``--stride``, ``--substeps``, ``--epochs`` and
+steps a batch, one set of weights for actor and critic); ``--stride``, ``--substeps``, ``--epochs``,
 ``--own-weights`` (a critic with weights of its own, simulated: the warm start's policy plays every episode and
-only the critic's Datums train) change it, to find where the critic's signal is lost.
+only the critic's Datums train) and ``--replay`` (each step trains every earlier warm-up update's critic Datums
+too) change it, to find where the critic's signal is lost.
 
 After the last update a value probe (:func:`value_probe`, ``--probe-games`` held-out games, 0 = none) asks what
 a correlation of 0.7 can mean here: it scores the critic on fresh states against their single returns (the
@@ -28,7 +29,8 @@ the correlation stays at or above ``--bar`` (0.7) for the rest of the run (null:
 
 Measured 2026-12-04 (``--seeds 0 1 --jobs 2``, 30 updates of 8 games and 6 states, before the probe existed:
 23 minutes on 2 cores, warm starts included), and the probe on seeds 0-4 for the arm's design and for a critic
-with its own weights (third stop, about 20 minutes a run): ``docs/results.md``, "What is open".
+with its own weights (third stop, about 20 minutes a run), and with its own weights and replay, the design
+whose probe holds on all 5 seeds (2026-12-05, 58 minutes): ``docs/results.md``, "What is open".
 
 Usage::
 
@@ -36,6 +38,8 @@ Usage::
     python benchmarks/critic_warmup.py --seeds 0 1 2 3 4 --jobs 2 --updates 2 --games 2 --states 2  # the arm's
     python benchmarks/critic_warmup.py --seeds 0 1 2 3 4 --jobs 2 --updates 4 --games 4 --states 0 \
         --stride 1 --substeps 16 --epochs 2 --own-weights          # every round, a critic of its own
+    python benchmarks/critic_warmup.py --seeds 0 1 2 3 4 --jobs 2 --updates 4 --games 4 --states 0 \
+        --stride 1 --substeps 16 --epochs 2 --own-weights --replay # ... that keeps the warm-up's data
     python benchmarks/critic_warmup.py --quick          # a smoke run (tiny model, 2 updates)
 """
 
