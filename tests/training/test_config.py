@@ -69,6 +69,19 @@ def test_t_multiple_of_h_message_suggests_a_fix() -> None:
         load_config(None, ["tempo.max_rounds=45"])
 
 
+def test_a_critic_of_its_own_needs_the_local_backend_and_the_generative_critic() -> None:
+    assert load_config(None, ['tempo.critic_weights="own"']).tempo.critic_weights == "own"
+    assert TrainConfig().tempo.critic_weights == "shared"  # TEMPO as published: one model for both
+    with pytest.raises(ConfigError, match=r"needs backend.kind = 'local' \(got 'pytrio'\)"):
+        load_config(
+            None, ['tempo.critic_weights="own"', 'backend.kind="pytrio"', 'sampling.critic_answer="sampled"']
+        )
+    with pytest.raises(ConfigError, match=r"tempo.critic = 'generative' \(got 'oracle'\)"):
+        load_config(None, ['tempo.critic_weights="own"', 'tempo.critic="oracle"'])
+    with pytest.raises(ConfigError, match=r"tempo\.critic_weights"):
+        load_config(None, ['tempo.critic_weights="separate"'])
+
+
 def test_missing_and_broken_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")

@@ -347,6 +347,59 @@ def test_kl_anchor_reference_survives_a_resume_on_the_local_backend(tmp_path: Pa
     assert "kl/ref_k1_mean" in _metrics(run_dir)[-1]
 
 
+def _policy_and_critic_logprobs(run_dir: Path, config: TrainConfig) -> tuple[list, list]:
+    """The latest checkpoint's actor and critic, each scoring one fixed token sequence."""
+    from tempo_rl.training.run import build_trainer
+    from tempo_rl.training.trainer import TrainerState
+
+    ckpt = latest_checkpoint(run_dir)
+    assert ckpt is not None and ckpt.critic_backend_state is not None
+    assert Path(ckpt.critic_backend_state).is_file() and ckpt.critic_backend_state != ckpt.backend_state
+    trainer = build_trainer(
+        config,
+        run_dir,
+        resume=True,
+        state=TrainerState.from_json(ckpt.trainer_state),
+        backend_state=ckpt.backend_state,
+        critic_backend_state=ckpt.critic_backend_state,
+    )
+    try:
+        probe = list(trainer.c.chat.tokenizer.encode("go on take red open door", add_special_tokens=False))
+        return trainer.c.sampler.compute_logprobs(probe), trainer.critic_sampler().compute_logprobs(probe)
+    finally:
+        trainer.c.store.close()
+
+
+def test_a_critic_of_its_own_trains_apart_from_the_actor_and_resumes_exactly(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "tiny.toml"
+    cfg_file.write_text(_config_text(warmup=2, td=1))
+    # answers scored from their probabilities (never unparsable) and room for the critic's prompt: every
+    # warm-up state trains the critic
+    overrides = [
+        'tempo.critic_weights="own"',
+        'sampling.critic_answer="expected"',
+        "sampling.critic_max_prompt_tokens=1000",
+    ]
+    config = load_config(cfg_file, overrides)
+    run_dir = tmp_path / "run"
+    train_run(run_dir, config, console=False, max_updates=0)  # the warm start, and its checkpoint
+    actor0, critic0 = _policy_and_critic_logprobs(run_dir, config)
+    assert critic0 == actor0  # the critic starts as a copy of the warm-started policy
+    # the 2 warm-up updates, resumed from that checkpoint
+    train_run(run_dir, resume=True, console=False, max_updates=2)
+    actor2, critic2 = _policy_and_critic_logprobs(run_dir, config)
+    records = _metrics(run_dir)[1:]
+    assert [r["train/critic_datums"] > 0 and r["train/optim_steps"] > 0 for r in records] == [True, True]
+    assert critic2 != critic0  # the critic's Datums trained its own weights ...
+    assert actor2 == actor0  # ... and not the policy's (warm-up actor Datums carry no advantage, kl.coef = 0)
+    summary = train_run(run_dir, resume=True, console=False)  # and the TD update, resumed again
+    assert summary["updates_done"] == 3
+
+    straight = tmp_path / "straight"
+    train_run(straight, config, console=False)  # the same run without the stops
+    assert _policy_and_critic_logprobs(straight, config) == _policy_and_critic_logprobs(run_dir, config)
+
+
 def test_warm_start_plays_its_demonstrations_with_warmstart_env_kwargs(tmp_path: Path, monkeypatch) -> None:
     """The demos' games are the training games with ``warmstart.env_kwargs`` merged over ``env.kwargs``: here
     every RL game needs the blue key, while the demos' locks are drawn apart from their signs, so the expert

@@ -75,6 +75,8 @@ class Checkpoint:
         offsets: byte lengths of the run's JSONL files at checkpoint time, by file name.
         notes: what :func:`latest_checkpoint` skipped to reach this one (damaged newer checkpoints, a stale or
             garbled ``LATEST``); empty when it is the checkpoint ``LATEST`` names and it verified.
+        critic_backend_state: with ``tempo.critic_weights = "own"``, the critic's saved state (path or URI, as
+            ``backend_state``); None when actor and critic share the weights.
     """
 
     path: Path
@@ -84,6 +86,7 @@ class Checkpoint:
     store_path: Path | None
     offsets: dict[str, int]
     notes: tuple[str, ...] = field(default=())
+    critic_backend_state: str | None = None
 
 
 def _fsync_file(path: Path) -> None:
@@ -145,6 +148,7 @@ def save_checkpoint(
     store: Any | None,
     offsets: dict[str, int],
     keep: int = 2,
+    critic_training_client: Any = None,
 ) -> Checkpoint:
     """Write the checkpoint after update ``update`` atomically and point ``LATEST`` at it.
 
@@ -159,6 +163,8 @@ def save_checkpoint(
         store: the StateStore (``backup(dest)``), or None.
         offsets: byte lengths of the run's JSONL files now.
         keep: how many most recent checkpoints to keep (older ones are deleted after ``LATEST`` moves).
+        critic_training_client: the critic's own weights (``tempo.critic_weights = "own"``), saved beside the
+            actor's as ``critic_backend.*`` (or its URI recorded); None when they are shared.
     """
     root = run_dir / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
@@ -169,16 +175,14 @@ def save_checkpoint(
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        backend = str(training_client.save_state(name))
-        backend_record: str | None = backend
-        local = Path(backend)
         files: dict[str, Any] = {}
-        if local.is_file():
-            dest = tmp / ("backend" + "".join(local.suffixes))
-            shutil.move(str(local), dest)
-            _fsync_file(dest)
-            backend_record = dest.name
-            files[dest.name] = _digest(dest)
+        backend_record, backend_is_local = _save_backend(training_client, name, tmp, "backend", files)
+        critic_record: str | None = None
+        critic_is_local = False
+        if critic_training_client is not None:
+            critic_record, critic_is_local = _save_backend(
+                critic_training_client, name, tmp, "critic_backend", files
+            )
         if store is not None:
             store.backup(tmp / "store.sqlite")
             files["store.sqlite"] = _digest(tmp / "store.sqlite")
@@ -198,7 +202,9 @@ def save_checkpoint(
             "trainer_state": state,
             "relative_paths": relative,
             "backend_state": backend_record,
-            "backend_is_local": local.is_file() or backend_record != backend,
+            "backend_is_local": backend_is_local,
+            "critic_backend_state": critic_record,
+            "critic_backend_is_local": critic_is_local,
             "store": "store.sqlite" if store is not None else None,
             "offsets": offsets,
             "files": files,
@@ -219,6 +225,20 @@ def save_checkpoint(
         if old.name != name:
             shutil.rmtree(old, ignore_errors=True)
     return verify_checkpoint(final)
+
+
+def _save_backend(client: Any, name: str, tmp: Path, stem: str, files: dict[str, Any]) -> tuple[str, bool]:
+    """``client.save_state(name)``; a local file is moved into ``tmp`` as ``stem`` + its suffixes and digested
+    into ``files``. Returns (what checkpoint.json records, whether it is a local file of the checkpoint)."""
+    backend = str(client.save_state(name))
+    local = Path(backend)
+    if not local.is_file():
+        return backend, False  # a remote URI, recorded as is
+    dest = tmp / (stem + "".join(local.suffixes))
+    shutil.move(str(local), dest)
+    _fsync_file(dest)
+    files[dest.name] = _digest(dest)
+    return dest.name, True
 
 
 def _check_file(path: Path, record: Any, what: str) -> None:
@@ -268,11 +288,15 @@ def verify_checkpoint(path: Path) -> Checkpoint:
         )
     run_dir = path.parent.parent
     backend = meta.get("backend_state")
+    critic = meta.get("critic_backend_state")
     store = meta.get("store")
     try:
         if backend is not None and meta.get("backend_is_local"):
             _check_file(path / str(backend), files.get(str(backend)), "backend state")
             backend = str(path / str(backend))
+        if critic is not None and meta.get("critic_backend_is_local"):
+            _check_file(path / str(critic), files.get(str(critic)), "critic backend state")
+            critic = str(path / str(critic))
         if store:
             _check_file(path / str(store), files.get(str(store)), "store copy")
         for key in relative:
@@ -289,6 +313,7 @@ def verify_checkpoint(path: Path) -> Checkpoint:
         backend_state=None if backend is None else str(backend),
         store_path=path / str(store) if store else None,
         offsets=offsets,
+        critic_backend_state=None if critic is None else str(critic),
     )
 
 

@@ -232,6 +232,16 @@ class TempoConfig(_Model):
             "extra cost). The last two are not trained"
         ),
     )
+    critic_weights: Literal["shared", "own"] = Field(
+        default="shared",
+        description=(
+            "generative critic: 'shared' (TEMPO as published: one model answers as actor and as critic, and "
+            "every optimiser step trains both) or 'own' (the critic is a second copy of the model, initialised "
+            "from the warm-started weights: critic Datums step only its weights and actor Datums only the "
+            "actor's, so the critic's steps cannot move the policy; measured in docs/results.md, 'What is "
+            "open'). 'own' needs the local backend"
+        ),
+    )
     oracle_flip_prob: float = Field(
         default=0.0,
         ge=0.0,
@@ -570,6 +580,12 @@ class TrainConfig(_Model):
                 f"sampling.critic_answer = {self.sampling.critic_answer!r} is for the local backend (it scores "
                 f"every answer level with compute_logprobs); backend.kind = {self.backend.kind!r} keeps the "
                 "sampled answer: set sampling.critic_answer = 'sampled'"
+            )
+        if t.critic_weights == "own" and (self.backend.kind != "local" or t.critic != "generative"):
+            raise ValueError(
+                "tempo.critic_weights = 'own' trains a second copy of the model as the generative critic; it "
+                f"needs backend.kind = 'local' (got {self.backend.kind!r}) and tempo.critic = 'generative' "
+                f"(got {t.critic!r}): set tempo.critic_weights = 'shared'"
             )
         if self.sampling.max_tokens >= self.sampling.max_trajectory_tokens:
             raise ValueError(

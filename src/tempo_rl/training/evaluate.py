@@ -414,6 +414,7 @@ def evaluate_run(
         resume=True,
         state=state,
         backend_state=checkpoint.backend_state,
+        critic_backend_state=checkpoint.critic_backend_state,
     )
     try:
         if games is None:

@@ -88,6 +88,8 @@ def _create_clients(
     resume: bool,
     service_client: Any = None,
     backend_state: str | None = None,
+    tokenizer: Any = None,
+    state_subdir: str | None = None,
 ) -> tuple[Any, Any, Any]:
     """(training client, sampling client, tokenizer) for the configured backend.
 
@@ -96,13 +98,15 @@ def _create_clients(
     ``RUN_DIR/backend_states`` unless the config names a ``state_dir``. Every backend goes through
     :func:`tempo_rl.backends.factory.create_clients` (the same retry layer for all); ``backend_state`` (a
     resume) makes the training client start from that saved state, weights and optimizer.
+
+    A second pair for the same run (the critic's own weights) passes the first pair's ``tokenizer`` and a
+    ``state_subdir`` of the local backend's state directory, so the two never write the same file.
     """
     from tempo_rl.backends.config import LocalBackendConfig
     from tempo_rl.backends.factory import create_clients
 
     cfg = config.backend
-    tokenizer: Any = None
-    if cfg.kind == "local" and cfg.model_path is None and cfg.tokenizer_path is None:
+    if tokenizer is None and cfg.kind == "local" and cfg.model_path is None and cfg.tokenizer_path is None:
         from tempo_rl.backends.local.tokenizer import build_tokenizer, load_tokenizer
 
         tok_dir = run_dir / TOKENIZER_DIR
@@ -116,6 +120,8 @@ def _create_clients(
     default_state_dir = LocalBackendConfig.model_fields["state_dir"].default
     if isinstance(cfg, LocalBackendConfig) and cfg.state_dir == default_state_dir:
         cfg = cfg.model_copy(update={"state_dir": str(run_dir / "backend_states")})
+    if isinstance(cfg, LocalBackendConfig) and state_subdir is not None:
+        cfg = cfg.model_copy(update={"state_dir": str(Path(cfg.state_dir) / state_subdir)})
     s = config.sampling
     training, sampler = create_clients(
         cfg,
@@ -203,15 +209,28 @@ def build_trainer(
     state: TrainerState | None = None,
     backend_state: str | None = None,
     service_client: Any = None,
+    critic_backend_state: str | None = None,
 ) -> MacroStepTrainer:
     """Build the configured trainer with all its components (clients, critic, store, pool) in ``run_dir``.
 
     ``service_client`` (PyTRIO / Tinker only) replaces the SDK's ``ServiceClient``, e.g. with the recording
-    stubs of :mod:`tempo_rl.backends.testing`.
+    stubs of :mod:`tempo_rl.backends.testing`. With ``tempo.critic_weights = "own"`` a second training client
+    holds the critic's weights: from ``critic_backend_state`` (a resume), else from ``backend_state`` like the
+    actor's (a fresh run's warm start then copies the policy into it: :meth:`MacroStepTrainer.copy_policy_to_critic`).
     """
     training, sampler, tokenizer = _create_clients(
         config, run_dir, resume=resume, service_client=service_client, backend_state=backend_state
     )
+    critic_training = critic_sampler = None
+    if config.algorithm == "tempo" and config.tempo.critic_weights == "own":
+        critic_training, critic_sampler, _ = _create_clients(
+            config,
+            run_dir,
+            resume=resume,
+            backend_state=critic_backend_state or backend_state,
+            tokenizer=tokenizer,
+            state_subdir="critic",
+        )
     chat = ChatRenderer(tokenizer)
     eos = tokenizer.eos_token_id
     s = config.sampling
@@ -243,6 +262,8 @@ def build_trainer(
         parser=ToolCallParser(),
         make_env=make_env,
         restore_branches=restore_n,
+        critic_training_client=critic_training,
+        critic_sampler=critic_sampler,
     )
     if config.algorithm == "tempo":
         from tempo_rl.training.tempo import TempoTrainer
@@ -367,6 +388,7 @@ def _train_locked(
     show = config.run.console if console is None else console
     state: TrainerState | None = None
     backend_state: str | None = None
+    critic_backend_state: str | None = None
     if resume:
         point = prepare_resume(run_path)
         for note in point.notes:
@@ -375,6 +397,13 @@ def _train_locked(
         if checkpoint is not None:
             state = TrainerState.from_json(checkpoint.trainer_state)
             backend_state = checkpoint.backend_state
+            critic_backend_state = checkpoint.critic_backend_state
+            if config.tempo.critic_weights == "own" and critic_backend_state is None:
+                raise ValueError(
+                    f"{run_path} was checkpointed with one set of weights for actor and critic, so it cannot "
+                    "resume with tempo.critic_weights = 'own'; resume it with tempo.critic_weights = 'shared', "
+                    "or start a new run"
+                )
             if show or point.notes:
                 print(
                     f"resuming {run_path} from {checkpoint.path.name} (after update {checkpoint.update})",
@@ -417,6 +446,7 @@ def _train_locked(
             state=state,
             backend_state=backend_state,
             service_client=service_client,
+            critic_backend_state=critic_backend_state,
         )
     except Exception as exc:
         logger.close()
@@ -434,6 +464,7 @@ def _train_locked(
             update=t.state.update,
             trainer_state=t.state.to_json(),
             training_client=t.c.training_client,
+            critic_training_client=t.c.critic_training_client,
             store=t.c.store,
             offsets={
                 METRICS_FILE: file_size(run_path / METRICS_FILE),
@@ -457,6 +488,7 @@ def _train_locked(
                 ws = warm_start(trainer)
             else:
                 ws = {}
+            trainer.copy_policy_to_critic()  # a critic of its own starts from the warm-started weights
             ws.update(trainer.initial_eval())
             if ws:
                 log(0, ws)

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tempo_rl.backends.types import AdamParams, Datum, LossFn, SamplingClient, SamplingParams
+from tempo_rl.backends.types import AdamParams, Datum, LossFn, SamplingClient, SamplingParams, TrainingClient
 from tempo_rl.critic.base import CriticEstimates, CriticQuery
 from tempo_rl.critic.privileged import PrivilegedInfoTally
 from tempo_rl.envs.core import task_of
@@ -470,7 +470,7 @@ class MacroStepTrainer(abc.ABC):
         before = critic_cost_counters(self.c.critic)
         estimates = list(
             await asyncio.gather(
-                *(self.c.critic.estimate(q, k, self.c.sampler, seed=s) for q, s in zip(queries, seeds))
+                *(self.c.critic.estimate(q, k, self.critic_sampler(), seed=s) for q, s in zip(queries, seeds))
             )
         )
         self.cost.add_estimates(estimates)
@@ -676,6 +676,10 @@ class MacroStepTrainer(abc.ABC):
         ratio ``exp(lp - lp_sampler)`` corrects for it (``optim.loss_fn = "ppo"`` also clips it). The sampler is
         refreshed once, after the last step, so the policy version advances by one per update.
 
+        With ``tempo.critic_weights = "own"`` the Datums tagged ``role = "critic"`` train the critic's own
+        client and the rest the actor's, each in its own ``min(S, n)`` minibatch steps, and both samplers are
+        refreshed; ``train/optim_steps`` counts the steps of both.
+
         ``substeps`` overrides ``optim.substeps`` for this update (TEMPO's warm-up: ``tempo.warmup_substeps``).
         With no Datum (every group degenerate) no step is taken and the policy version does not change.
         Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage or
@@ -699,27 +703,62 @@ class MacroStepTrainer(abc.ABC):
         }
         self.cost.add_datums(datums)
         if datums:
-            chunk = self.config.optim.chunk_datums
-            steps = min(self.config.optim.substeps if substeps is None else substeps, len(datums))
-            loss = 0.0
-            for s in range(steps):
-                minibatch = list(datums[s::steps])
-                for batch, loss_fn, loss_config in self.by_loss(minibatch):
-                    for i in range(0, len(batch), chunk):
-                        out = self.c.training_client.forward_backward(
-                            batch[i : i + chunk], loss_fn, loss_config
-                        )
-                        loss += float(out.loss)
-                self.c.training_client.optim_step(self.adam_params())
+            wanted = self.config.optim.substeps if substeps is None else substeps
+            own = self.c.critic_training_client
+            parts: list[tuple[TrainingClient, list[Datum]]] = [(self.c.training_client, list(datums))]
+            if own is not None:  # tempo.critic_weights = "own": each set of weights gets its own Datums
+                parts = [
+                    (self.c.training_client, [d for d in datums if d.tags.get("role") != "critic"]),
+                    (own, [d for d in datums if d.tags.get("role") == "critic"]),
+                ]
+            loss, steps = 0.0, 0
+            for client, part in parts:
+                if part:
+                    part_loss, part_steps = self.optimise(client, part, wanted)
+                    loss, steps = loss + part_loss, steps + part_steps
             self.state.policy_version += 1
             self.c.sampler = self.c.training_client.save_weights_and_get_sampling_client(
                 f"policy-{self.state.policy_version:06d}"
             )
+            if own is not None:
+                self.c.critic_sampler = own.save_weights_and_get_sampling_client(
+                    f"critic-{self.state.policy_version:06d}"
+                )
             metrics["train/loss"] = loss
             metrics["train/optim_steps"] = float(steps)
         if timer is not None:
             timer.add("training", time.perf_counter() - t0)
         return metrics
+
+    def optimise(self, client: TrainingClient, datums: Sequence[Datum], substeps: int) -> tuple[float, int]:
+        """``min(substeps, len(datums))`` optimiser steps of ``client`` on ``datums`` dealt round-robin into as
+        many minibatches, each through chunked ``forward_backward`` calls; returns (summed loss, steps)."""
+        chunk = self.config.optim.chunk_datums
+        steps = min(substeps, len(datums))
+        loss = 0.0
+        for s in range(steps):
+            minibatch = list(datums[s::steps])
+            for batch, loss_fn, loss_config in self.by_loss(minibatch):
+                for i in range(0, len(batch), chunk):
+                    out = client.forward_backward(batch[i : i + chunk], loss_fn, loss_config)
+                    loss += float(out.loss)
+            client.optim_step(self.adam_params())
+        return loss, steps
+
+    def copy_policy_to_critic(self) -> None:
+        """With ``tempo.critic_weights = "own"``: the critic's weights (and optimiser state) become a copy of the
+        policy's, and its sampler serves them; the run calls this once, after the supervised warm start, which
+        also teaches the critic's answer format. Without a critic of its own it does nothing."""
+        own = self.c.critic_training_client
+        if own is None:
+            return
+        own.load_state(self.c.training_client.save_state("critic-init"))
+        self.c.critic_sampler = own.save_weights_and_get_sampling_client("critic-init")
+
+    def critic_sampler(self) -> SamplingClient:
+        """The sampling client the critic answers with: its own weights' (``tempo.critic_weights = "own"``),
+        else the policy's."""
+        return self.c.critic_sampler if self.c.critic_sampler is not None else self.c.sampler
 
     def write_trajectories(self, records: Sequence[Mapping[str, Any]]) -> None:
         """Append trajectory records to the run's JSONL (no-op without a writer)."""

@@ -322,6 +322,9 @@ class TrainerComponents:
         parser: the single-tool-call parser.
         make_env: ``(spec, seed) -> live env`` at the reset state (a ``RecordedEnv``).
         restore_branches: ``(snapshot, n) -> n live envs`` at the snapshot's state (verified).
+        critic_training_client: with ``tempo.critic_weights = "own"``, the critic's own weights (its Datums
+            train them, and only them); None when actor and critic share ``training_client``.
+        critic_sampler: the sampling client of the critic's current weights (None: ``sampler``).
     """
 
     training_client: TrainingClient
@@ -333,3 +336,5 @@ class TrainerComponents:
     parser: ToolCallParser
     make_env: Callable[[EnvSpec, int], Any]
     restore_branches: Callable[[Snapshot, int], list[Any]]
+    critic_training_client: TrainingClient | None = None
+    critic_sampler: SamplingClient | None = None
