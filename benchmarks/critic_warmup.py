@@ -81,6 +81,9 @@ class Design:
         replay: every warm-up step trains on the critic Datums of all warm-up updates so far, not only the
             latest batch's (Monte Carlo regression on the whole warm-up's data: a batch whose episodes were all
             lost no longer pulls every value to 0).
+        library: run ``own_weights`` and ``replay`` through the trainer itself (``tempo.critic_weights =
+            "own"``, ``tempo.warmup_replay``) instead of simulating them: the measurement of the library's
+            implementation.
     """
 
     stride: int | None = None
@@ -88,12 +91,26 @@ class Design:
     epochs: int = 1
     own_weights: bool = False
     replay: bool = False
+    library: bool = False
 
     def label(self) -> str:
         """A short name for run directories."""
         own = "-own" if self.own_weights else ""
         replay = "-replay" if self.replay else ""
-        return f"h{self.stride or 'H'}-s{self.substeps}-e{self.epochs}{own}{replay}"
+        library = "-lib" if self.library else ""
+        return f"h{self.stride or 'H'}-s{self.substeps}-e{self.epochs}{own}{replay}{library}"
+
+    def tempo_settings(self) -> dict[str, Any]:
+        """With ``library``: the trainer's own settings for this design (``tempo.critic_weights``,
+        ``tempo.warmup_replay``; the epochs as ``substeps * epochs`` steps of smaller minibatches), measured
+        instead of the simulation; else none."""
+        if not self.library:
+            return {}
+        return {
+            "critic_weights": "own" if self.own_weights else "shared",
+            "warmup_replay": self.replay,
+            "warmup_substeps": self.substeps * self.epochs,
+        }
 
 
 def apply_design(trainer: Any, design: Design) -> Any:
@@ -104,8 +121,8 @@ def apply_design(trainer: Any, design: Design) -> Any:
 
     from tempo_rl.rollout.branches import run_branches
 
-    if design.epochs == 1 and not design.own_weights and not design.replay:
-        return None
+    if design.library or (design.epochs == 1 and not design.own_weights and not design.replay):
+        return None  # the trainer as configured (Design.tempo_settings)
     train_step = trainer.train_step
     replayed: list[Any] = []  # the critic Datums of the earlier warm-up updates (with ``design.replay``)
 
@@ -252,6 +269,7 @@ def warmup_curve(
             "warmup_games_per_batch": games,
             "warmup_states_per_episode": states,
             "warmup_substeps": design.substeps,
+            **design.tempo_settings(),
             # boundaries every `stride` rounds; the probe's states stay at the arm's H
             "macro_rounds": design.stride or cfg.tempo.macro_rounds,
         }
@@ -313,6 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--replay", action="store_true", help="train on every warm-up update's critic Datums so far"
     )
+    ap.add_argument(
+        "--library",
+        action="store_true",
+        help="own weights and replay through the trainer's config (tempo.critic_weights, tempo.warmup_replay)",
+    )
     ap.add_argument("--bar", type=float, default=0.7)
     ap.add_argument("--probe-games", type=int, default=8, help="held-out games of the value probe (0: none)")
     ap.add_argument("--probe-rollouts", type=int, default=8, help="M rollouts per probe state for V_pi")
@@ -324,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.seeds, args.updates, args.games, args.states = [0], 2, 1, 2
         args.probe_games, args.probe_rollouts = min(args.probe_games, 1), min(args.probe_rollouts, 2)
     args.work.mkdir(parents=True, exist_ok=True)
-    design = Design(args.stride, args.substeps, args.epochs, args.own_weights, args.replay)
+    design = Design(args.stride, args.substeps, args.epochs, args.own_weights, args.replay, args.library)
     run = functools.partial(
         warmup_curve,
         updates=args.updates,

@@ -82,6 +82,17 @@ def test_a_critic_of_its_own_needs_the_local_backend_and_the_generative_critic()
         load_config(None, ['tempo.critic_weights="separate"'])
 
 
+def test_warmup_replay_needs_the_log_loss_critic() -> None:
+    replay = ["tempo.warmup_replay=true"]
+    assert load_config(None, [*replay, 'sampling.critic_answer="expected"']).tempo.warmup_replay
+    with pytest.raises(
+        ConfigError, match=r"sampling.critic_answer = 'expected' \(got 'generative' and 'sampled'\)"
+    ):
+        load_config(None, [*replay, 'sampling.critic_answer="sampled"'])
+    with pytest.raises(ConfigError, match=r"tempo\.warmup_replay = false"):
+        load_config(None, [*replay, 'sampling.critic_answer="constrained"'])
+
+
 def test_missing_and_broken_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")

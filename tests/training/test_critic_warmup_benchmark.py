@@ -88,6 +88,16 @@ def test_replay_trains_every_earlier_updates_critic_datums_again() -> None:
     assert shared.calls == [([a1, c1], 4), ([c1, a2, c3], 4)]
 
 
+def test_the_library_design_is_the_trainers_own_config_and_no_simulation() -> None:
+    design = warmup.Design(stride=1, substeps=16, epochs=2, own_weights=True, replay=True, library=True)
+    assert design.label() == "h1-s16-e2-own-replay-lib"
+    assert design.tempo_settings() == {"critic_weights": "own", "warmup_replay": True, "warmup_substeps": 32}
+    assert warmup.Design(own_weights=True).tempo_settings() == {}  # the simulation sets nothing
+    trainer = _Trainer()
+    step = trainer.train_step
+    assert warmup.apply_design(trainer, design) is None and trainer.train_step == step
+
+
 def test_quick_run_prints_one_curve_per_seed(tmp_path: Path) -> None:
     figures = run_benchmark("critic_warmup.py", "--quick", "--work", str(tmp_path))
     assert figures["benchmark"] == "critic_warmup" and figures["updates"] == 2
@@ -117,6 +127,7 @@ def test_quick_run_with_a_critic_of_its_own(tmp_path: Path) -> None:
         "epochs": 2,
         "own_weights": True,
         "replay": False,
+        "library": False,
     }
     curve = figures["seed0"]
     assert len(curve["corr"]) == 2 and curve["probe"]["states"] > 0

@@ -379,6 +379,7 @@ def test_a_critic_of_its_own_trains_apart_from_the_actor_and_resumes_exactly(tmp
         'tempo.critic_weights="own"',
         'sampling.critic_answer="expected"',
         "sampling.critic_max_prompt_tokens=1000",
+        "kl.coef=0.1",  # the anchor must see the policy unmoved by the critic's steps
     ]
     config = load_config(cfg_file, overrides)
     run_dir = tmp_path / "run"
@@ -391,12 +392,50 @@ def test_a_critic_of_its_own_trains_apart_from_the_actor_and_resumes_exactly(tmp
     records = _metrics(run_dir)[1:]
     assert [r["train/critic_datums"] > 0 and r["train/optim_steps"] > 0 for r in records] == [True, True]
     assert critic2 != critic0  # the critic's Datums trained its own weights ...
-    assert actor2 == actor0  # ... and not the policy's (warm-up actor Datums carry no advantage, kl.coef = 0)
+    # ... and not the policy's: warm-up actor Datums carry no advantage, and the policy version stays the
+    # anchor's reference version, so the anchor adds none (rounding between two passes would be Adam-scaled)
+    assert actor2 == actor0
     summary = train_run(run_dir, resume=True, console=False)  # and the TD update, resumed again
     assert summary["updates_done"] == 3
 
     straight = tmp_path / "straight"
     train_run(straight, config, console=False)  # the same run without the stops
+    assert _policy_and_critic_logprobs(straight, config) == _policy_and_critic_logprobs(run_dir, config)
+
+
+def test_warmup_replay_trains_every_earlier_updates_critic_examples_and_resumes_them(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "tiny.toml"
+    cfg_file.write_text(_config_text(warmup=3, td=1))
+    overrides = [
+        "tempo.warmup_replay=true",
+        'tempo.critic_weights="own"',
+        'sampling.critic_answer="expected"',
+        "sampling.critic_max_prompt_tokens=1000",
+    ]
+    config = load_config(cfg_file, overrides)
+    run_dir = tmp_path / "run"
+    train_run(run_dir, config, console=False, max_updates=2)
+    ckpt = latest_checkpoint(run_dir)
+    assert ckpt is not None and ckpt.update == 2
+    kept = ckpt.trainer_state["critic_replay"]  # the checkpoint carries the replay
+    first, second = _metrics(run_dir)[1:]
+    assert first["warmup/replayed_datums"] == 0.0
+    # update 2 trains update 1's critic Datums again, then its own; the replay holds both updates' examples
+    assert second["warmup/replayed_datums"] == first["train/critic_datums"] > 0
+    assert (
+        len(kept)
+        == first["train/critic_datums"] + second["train/critic_datums"] - second["warmup/replayed_datums"]
+    )
+    assert all(set(e) == {"prompt", "completion", "weight"} and e["weight"] > 0 for e in kept)
+    summary = train_run(run_dir, resume=True, console=False)  # warm-up update 3 and the TD update
+    assert summary["updates_done"] == 4
+    third = _metrics(run_dir)[3]
+    assert third["warmup/replayed_datums"] == len(kept)  # restored from the checkpoint, not lost
+    final = latest_checkpoint(run_dir)
+    assert final is not None and final.trainer_state["critic_replay"] == []  # TD began: dropped
+
+    straight = tmp_path / "straight"
+    train_run(straight, config, console=False)  # the same run without the stop
     assert _policy_and_critic_logprobs(straight, config) == _policy_and_critic_logprobs(run_dir, config)
 
 

@@ -275,6 +275,16 @@ class TempoConfig(_Model):
             "use optim.substeps)"
         ),
     )
+    warmup_replay: bool = Field(
+        default=False,
+        description=(
+            "each warm-up update also trains the critic Datums of every earlier warm-up update (Monte Carlo "
+            "regression on the whole warm-up's data, not only the latest batch's: a batch whose episodes were "
+            "all lost no longer pulls every value to 0); kept in the checkpoint, dropped when TD begins. Needs "
+            "sampling.critic_answer = 'expected' (cross-entropy Datums stay valid examples; sampled answers' "
+            "policy-gradient Datums do not)"
+        ),
+    )
     warmup_states_per_episode: int | None = Field(
         default=2,
         ge=1,
@@ -586,6 +596,13 @@ class TrainConfig(_Model):
                 "tempo.critic_weights = 'own' trains a second copy of the model as the generative critic; it "
                 f"needs backend.kind = 'local' (got {self.backend.kind!r}) and tempo.critic = 'generative' "
                 f"(got {t.critic!r}): set tempo.critic_weights = 'shared'"
+            )
+        if t.warmup_replay and (self.sampling.critic_answer != "expected" or t.critic != "generative"):
+            raise ValueError(
+                "tempo.warmup_replay trains earlier warm-up updates' critic Datums again, which stay valid only "
+                "as cross-entropy examples: it needs tempo.critic = 'generative' and sampling.critic_answer = "
+                f"'expected' (got {t.critic!r} and {self.sampling.critic_answer!r}); set tempo.warmup_replay = "
+                "false"
             )
         if self.sampling.max_tokens >= self.sampling.max_trajectory_tokens:
             raise ValueError(

@@ -224,6 +224,28 @@ def answer_weights(estimates: CriticEstimates, target: float, r_max: float) -> l
     return two_hot(target, len(estimates.answers), r_max).tolist()
 
 
+def critic_examples(
+    estimates: Sequence[CriticEstimates], targets: Sequence[float], weight: float, tempo: TempoConfig
+) -> list[dict[str, Any]]:
+    """What the log-loss critic trains on: for each state with a finite target ``G`` and each answer level ``i``
+    with ``weight * w_i(G) > 0``, ``{"prompt": prompt tokens, "completion": answer tokens, "weight": weight *
+    w_i(G)}`` (``w`` = :func:`answer_weights`); JSON-serialisable, so a warm-up replay can keep them."""
+    examples: list[dict[str, Any]] = []
+    for est, g in zip(estimates, targets):
+        if not math.isfinite(g) or not est.answers:
+            continue
+        for answer, w in zip(est.answers, answer_weights(est, g, tempo.r_max)):
+            if w * weight > 0.0:
+                examples.append(
+                    {
+                        "prompt": [int(x) for x in answer.prompt_tokens],
+                        "completion": [int(x) for x in answer.sequence.tokens],
+                        "weight": weight * w,
+                    }
+                )
+    return examples
+
+
 def critic_records(
     estimates: Sequence[CriticEstimates],
     targets: Sequence[float],
@@ -418,22 +440,20 @@ class TempoTrainer(MacroStepTrainer):
         importance-weighted surrogate: with every weight positive, the surrogate's ratio ``p / p_sampler``
         would grow without bound over an update's optimiser steps (measured on the main job: a warm-up update
         whose loss was 19 times the others', after which the critic's error went 0.04 -> 0.40)."""
-        datums: list[Datum] = []
-        for est, g in zip(estimates, targets):
-            if not math.isfinite(g) or not est.answers:
-                continue
-            for answer, w in zip(est.answers, answer_weights(est, g, self.config.tempo.r_max)):
-                if w * weight > 0.0:
-                    datums.append(
-                        sft_datum(
-                            answer.prompt_tokens,
-                            answer.sequence.tokens,
-                            weight=weight * w,
-                            vocab_size=self.vocab_size(),
-                            role="critic",
-                        )
-                    )
-        return datums
+        return [
+            self.critic_example_datum(e)
+            for e in critic_examples(estimates, targets, weight, self.config.tempo)
+        ]
+
+    def critic_example_datum(self, example: Mapping[str, Any]) -> Datum:
+        """The cross-entropy Datum of one :func:`critic_examples` entry (its answer's tokens at its weight)."""
+        return sft_datum(
+            example["prompt"],
+            example["completion"],
+            weight=float(example["weight"]),
+            vocab_size=self.vocab_size(),
+            role="critic",
+        )
 
     def critic_centring(self, *, td: bool) -> tuple[bool, float]:
         """``(centred, weight)`` of the critic's advantages: in TD per ``tempo.td_critic_baseline`` and
@@ -461,6 +481,13 @@ class TempoTrainer(MacroStepTrainer):
             slot["critic"] = record
         datums, critic_degenerate = self.critic_datums_of(estimates, targets, td=False)
         metrics = critic_metrics(estimates, targets)  # before the step: the error of the policy that sampled
+        if (
+            t.warmup_replay and t.train_critic
+        ):  # every earlier warm-up update's critic examples, then this one's
+            replayed = [self.critic_example_datum(e) for e in self.state.critic_replay]
+            self.state.critic_replay.extend(critic_examples(estimates, targets, 1.0, t))
+            datums = replayed + datums
+            metrics["warmup/replayed_datums"] = float(len(replayed))
         if t.train_actor:  # advantage 0: the episodes' actor tokens are trained by the KL anchor alone, if on
             played = [b for row in results for b in row if b.end_reason != "error"]
             anchored, kl_metrics = await self.anchored_actor_datums(played, [0.0] * len(played), timer)
@@ -552,6 +579,7 @@ class TempoTrainer(MacroStepTrainer):
     async def td_update(self, index: int) -> dict[str, float]:
         """One TEMPO TD update (see the module docstring)."""
         t = self.config.tempo
+        self.state.critic_replay = []  # the warm-up's replay is over: checkpoints stop carrying it
         timer = UpdateTimer()
         version = self.state.policy_version  # the policy that samples this update
         with timer.part("restore"):

@@ -69,6 +69,9 @@ class TrainerState:
         kl_reference_version: the policy version the reference was saved at; while ``policy_version`` still
             equals it, pi is pi_ref exactly (None: unknown, in a state saved before this field existed).
         cost: the run's cumulative tokens processed and env steps (``cost/*``, :mod:`tempo_rl.training.cost`).
+        critic_replay: with ``tempo.warmup_replay``, the warm-up's critic examples so far, each
+            ``{"prompt": [...], "completion": [...], "weight": w}`` (a cross-entropy Datum's makings); emptied
+            when TD begins.
     """
 
     update: int = 0
@@ -80,6 +83,7 @@ class TrainerState:
     kl_reference: str | None = None
     kl_reference_version: int | None = None
     cost: CostLedger = field(default_factory=CostLedger)
+    critic_replay: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -93,6 +97,7 @@ class TrainerState:
             "kl_reference": self.kl_reference,
             "kl_reference_version": self.kl_reference_version,
             "cost": self.cost.to_json(),
+            "critic_replay": self.critic_replay,
         }
 
     @classmethod
@@ -677,8 +682,10 @@ class MacroStepTrainer(abc.ABC):
         refreshed once, after the last step, so the policy version advances by one per update.
 
         With ``tempo.critic_weights = "own"`` the Datums tagged ``role = "critic"`` train the critic's own
-        client and the rest the actor's, each in its own ``min(S, n)`` minibatch steps, and both samplers are
-        refreshed; ``train/optim_steps`` counts the steps of both.
+        client and the rest the actor's, each in its own ``min(S, n)`` minibatch steps, and the sampler of
+        each client that stepped is refreshed; ``train/optim_steps`` counts the steps of both. The policy
+        version then counts the actor's steps only: a critic-only update leaves the policy, and so the store's
+        ages, the prefix correction and the KL anchor's "pi is pi_ref" shortcut, where they were.
 
         ``substeps`` overrides ``optim.substeps`` for this update (TEMPO's warm-up: ``tempo.warmup_substeps``).
         With no Datum (every group degenerate) no step is taken and the policy version does not change.
@@ -712,17 +719,20 @@ class MacroStepTrainer(abc.ABC):
                     (own, [d for d in datums if d.tags.get("role") == "critic"]),
                 ]
             loss, steps = 0.0, 0
+            stepped: list[TrainingClient] = []
             for client, part in parts:
                 if part:
                     part_loss, part_steps = self.optimise(client, part, wanted)
                     loss, steps = loss + part_loss, steps + part_steps
-            self.state.policy_version += 1
-            self.c.sampler = self.c.training_client.save_weights_and_get_sampling_client(
-                f"policy-{self.state.policy_version:06d}"
-            )
-            if own is not None:
+                    stepped.append(client)
+            if self.c.training_client in stepped:
+                self.state.policy_version += 1
+                self.c.sampler = self.c.training_client.save_weights_and_get_sampling_client(
+                    f"policy-{self.state.policy_version:06d}"
+                )
+            if own is not None and own in stepped:
                 self.c.critic_sampler = own.save_weights_and_get_sampling_client(
-                    f"critic-{self.state.policy_version:06d}"
+                    f"critic-{self.state.update:06d}"
                 )
             metrics["train/loss"] = loss
             metrics["train/optim_steps"] = float(steps)
