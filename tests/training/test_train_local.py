@@ -288,7 +288,6 @@ def test_critic_format_levels_must_be_at_least_two(tmp_path: Path) -> None:
 
 def test_kl_anchor_reference_survives_a_resume_on_the_local_backend(tmp_path: Path) -> None:
     from tempo_rl.training.run import build_trainer
-    from tempo_rl.training.trainer import TrainerState
 
     cfg_file = tmp_path / "tiny.toml"
     cfg_file.write_text(_config_text(warmup=0, td=3))
@@ -322,13 +321,7 @@ def test_kl_anchor_reference_survives_a_resume_on_the_local_backend(tmp_path: Pa
 
     saved = run_dir / "config.toml"
     resumed_config = load_config(saved, [])
-    trainer = build_trainer(
-        resumed_config,
-        run_dir,
-        resume=True,
-        state=TrainerState.from_json(ckpt.trainer_state),
-        backend_state=ckpt.backend_state,
-    )
+    trainer = _resumed_trainer(resumed_config, run_dir, ckpt)
     probe = list(trainer.c.chat.tokenizer.encode("go on take red open door", add_special_tokens=False))
     current = trainer.c.sampler.compute_logprobs(probe)
     reference = trainer.reference_sampler().compute_logprobs(probe)
@@ -347,15 +340,12 @@ def test_kl_anchor_reference_survives_a_resume_on_the_local_backend(tmp_path: Pa
     assert "kl/ref_k1_mean" in _metrics(run_dir)[-1]
 
 
-def _policy_and_critic_logprobs(run_dir: Path, config: TrainConfig) -> tuple[list, list]:
-    """The latest checkpoint's actor and critic, each scoring one fixed token sequence."""
+def _resumed_trainer(config: TrainConfig, run_dir: Path, ckpt: Any) -> Any:
+    """The trainer of ``run_dir`` as it resumes from checkpoint ``ckpt`` (the critic's own weights included)."""
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.trainer import TrainerState
 
-    ckpt = latest_checkpoint(run_dir)
-    assert ckpt is not None and ckpt.critic_backend_state is not None
-    assert Path(ckpt.critic_backend_state).is_file() and ckpt.critic_backend_state != ckpt.backend_state
-    trainer = build_trainer(
+    return build_trainer(
         config,
         run_dir,
         resume=True,
@@ -363,6 +353,14 @@ def _policy_and_critic_logprobs(run_dir: Path, config: TrainConfig) -> tuple[lis
         backend_state=ckpt.backend_state,
         critic_backend_state=ckpt.critic_backend_state,
     )
+
+
+def _policy_and_critic_logprobs(run_dir: Path, config: TrainConfig) -> tuple[list, list]:
+    """The latest checkpoint's actor and critic, each scoring one fixed token sequence."""
+    ckpt = latest_checkpoint(run_dir)
+    assert ckpt is not None and ckpt.critic_backend_state is not None
+    assert Path(ckpt.critic_backend_state).is_file() and ckpt.critic_backend_state != ckpt.backend_state
+    trainer = _resumed_trainer(config, run_dir, ckpt)
     try:
         probe = list(trainer.c.chat.tokenizer.encode("go on take red open door", add_special_tokens=False))
         return trainer.c.sampler.compute_logprobs(probe), trainer.critic_sampler().compute_logprobs(probe)
@@ -370,18 +368,22 @@ def _policy_and_critic_logprobs(run_dir: Path, config: TrainConfig) -> tuple[lis
         trainer.c.store.close()
 
 
-def test_a_critic_of_its_own_trains_apart_from_the_actor_and_resumes_exactly(tmp_path: Path) -> None:
+def _own_critic_config(tmp_path: Path, warmup: int, overrides: list[str]) -> TrainConfig:
+    """The tiny config with 1 TD update and a critic of its own, whose answers are scored from their
+    probabilities (never unparsable) with room for its prompt: every warm-up state trains the critic."""
     cfg_file = tmp_path / "tiny.toml"
-    cfg_file.write_text(_config_text(warmup=2, td=1))
-    # answers scored from their probabilities (never unparsable) and room for the critic's prompt: every
-    # warm-up state trains the critic
-    overrides = [
+    cfg_file.write_text(_config_text(warmup=warmup, td=1))
+    own = [
         'tempo.critic_weights="own"',
         'sampling.critic_answer="expected"',
         "sampling.critic_max_prompt_tokens=1000",
-        "kl.coef=0.1",  # the anchor must see the policy unmoved by the critic's steps
     ]
-    config = load_config(cfg_file, overrides)
+    return load_config(cfg_file, [*own, *overrides])
+
+
+def test_a_critic_of_its_own_trains_apart_from_the_actor_and_resumes_exactly(tmp_path: Path) -> None:
+    # kl.coef: the anchor must see the policy unmoved by the critic's steps
+    config = _own_critic_config(tmp_path, 2, ["kl.coef=0.1"])
     run_dir = tmp_path / "run"
     train_run(run_dir, config, console=False, max_updates=0)  # the warm start, and its checkpoint
     actor0, critic0 = _policy_and_critic_logprobs(run_dir, config)
@@ -404,15 +406,7 @@ def test_a_critic_of_its_own_trains_apart_from_the_actor_and_resumes_exactly(tmp
 
 
 def test_warmup_replay_trains_every_earlier_updates_critic_examples_and_resumes_them(tmp_path: Path) -> None:
-    cfg_file = tmp_path / "tiny.toml"
-    cfg_file.write_text(_config_text(warmup=3, td=1))
-    overrides = [
-        "tempo.warmup_replay=true",
-        'tempo.critic_weights="own"',
-        'sampling.critic_answer="expected"',
-        "sampling.critic_max_prompt_tokens=1000",
-    ]
-    config = load_config(cfg_file, overrides)
+    config = _own_critic_config(tmp_path, 3, ["tempo.warmup_replay=true"])
     run_dir = tmp_path / "run"
     train_run(run_dir, config, console=False, max_updates=2)
     ckpt = latest_checkpoint(run_dir)
