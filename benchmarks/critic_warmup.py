@@ -18,7 +18,7 @@ steps a batch, one set of weights for actor and critic); ``--stride``, ``--subst
 only the critic's Datums train) and ``--replay`` (each step trains every earlier warm-up update's critic Datums
 too) change it, to find where the critic's signal is lost.
 
-After the last update a value probe (:func:`value_probe`, ``--probe-games`` held-out games, 0 = none) asks what
+After the last update a value probe (:func:`mechanism.value_probe`, ``--probe-games`` held-out games, 0 = none) asks what
 a correlation of 0.7 can mean here: it scores the critic on fresh states against their single returns (the
 warm-up's own measure) and against the policy's values V_pi (``--probe-rollouts`` rollouts each), and measures
 the ceiling, the correlation of V_pi itself with the single returns, which no critic can beat on average.
@@ -49,15 +49,12 @@ import argparse
 import contextlib
 import functools
 import json
-import math
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -66,7 +63,9 @@ _KEYS = ("critic/value_corr", "critic/mean_estimate_mean", "cost/env_steps")
 
 @dataclass(frozen=True)
 class Design:
-    """How the critic's warm-up is run (the defaults are the mechanism benchmark's generative arm).
+    """How the critic's warm-up is run (the defaults are the mechanism benchmark's generative arm until
+    2026-12-05: one set of weights, states every H rounds, 4 steps an update, no replay; the arm now runs
+    ``Design(stride=1, substeps=16, epochs=2, own_weights=True, replay=True, library=True)``, 32 steps an update).
 
     Attributes:
         stride: critic states every ``stride`` rounds of an episode (None: H, the arm's macro-step boundaries;
@@ -101,11 +100,11 @@ class Design:
         return f"h{self.stride or 'H'}-s{self.substeps}-e{self.epochs}{own}{replay}{library}"
 
     def tempo_settings(self) -> dict[str, Any]:
-        """With ``library``: the trainer's own settings for this design (``tempo.critic_weights``,
+        """The trainer's settings for this design: with ``library`` its own (``tempo.critic_weights``,
         ``tempo.warmup_replay``; the epochs as ``substeps * epochs`` steps of smaller minibatches), measured
-        instead of the simulation; else none."""
+        instead of the simulation; else one set of weights and no replay (the simulation adds them)."""
         if not self.library:
-            return {}
+            return {"critic_weights": "shared", "warmup_replay": False}
         return {
             "critic_weights": "own" if self.own_weights else "shared",
             "warmup_replay": self.replay,
@@ -154,90 +153,6 @@ def apply_design(trainer: Any, design: Design) -> Any:
     return actor
 
 
-def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Pearson's r of two equal-length samples (the trainer's ``critic/value_corr`` function); None where it is
-    undefined (fewer than 2 pairs, or either side constant)."""
-    from tempo_rl.training.metrics import correlation
-
-    r = correlation(a, b)
-    return None if math.isnan(r) else r
-
-
-def value_probe(trainer: Any, games: int, rollouts: int, policy: Any = None) -> dict[str, Any]:
-    """The critic against the policy's own values on held-out states, and what a perfect critic would score.
-
-    ``games`` evaluation games (``env.eval_game(j)``, the same for every seed) x N branches play full episodes
-    with the current policy; every macro-step boundary strictly inside an episode (rounds H, 2H, ...) is a probe
-    state s with its single Monte Carlo return ``G(s)`` (the target the warm-up trains on). For each one:
-
-    * ``V_hat(s)``: the generative critic's value (the mean of its K estimates);
-    * ``V_pi(s)``: the policy's value, the mean return of ``rollouts`` = M rollouts from the restored state
-      (:class:`~tempo_rl.critic.MonteCarloCritic`; not counted in the run's env steps, like evaluation), played
-      by ``policy`` (a sampling client; default the trainer's, the one that plays the episodes).
-
-    Returns the correlations ``corr(V_hat, G)`` (the warm-up's own measure), ``corr(V_hat, V_pi)`` and the
-    ceiling ``corr(V_pi, G)``, plus the means, the state count and the rollouts' env steps. Why a ceiling: a
-    single return is ``G = V_pi(s) + e`` with ``E[e | s] = 0``, so for any critic that is a function of the
-    state ``cov(V_hat, G) = cov(V_hat, V_pi)`` and
-
-        corr(V_hat, G) = corr(V_hat, V_pi) * sd(V_pi) / sd(G) = corr(V_hat, V_pi) * corr(V_pi, G)
-
-    A perfect critic reaches ``corr(V_pi, G) = sd(V_pi) / sd(G)`` against 0/1 returns, and no critic more. The
-    probe estimates it with ``V_pi``'s M-rollout mean, whose own sampling noise reads it a little low (by the
-    factor ``sd(V_pi) / sd(V_pi_M)``).
-    """
-    import asyncio
-
-    from tempo_rl.critic import MonteCarloCritic
-    from tempo_rl.signals import monte_carlo_returns
-    from tempo_rl.training.critics import state_critic
-    from tempo_rl.training.trainer import UpdateTimer
-
-    cfg = trainer.config
-    mc_config = cfg.model_copy(
-        update={"tempo": cfg.tempo.model_copy(update={"critic": "monte_carlo", "critic_rollouts": rollouts})}
-    )
-    mc = state_critic(
-        mc_config, trainer.c.chat, pool=trainer.c.pool, restore_branches=trainer.c.restore_branches
-    )
-    assert isinstance(mc, MonteCarloCritic)
-
-    async def probe() -> tuple[list[float], list[float], list[float]]:
-        starts, _ = await trainer.fresh_starts(
-            cfg.tempo.branches, [cfg.env.eval_game(j) for j in range(games)]
-        )
-        results, _ = await trainer.play(starts, segment_rounds=None, timer=UpdateTimer())
-        states, returns = [], []
-        for start, row in zip(starts, results):
-            for branch in row:
-                if branch.end_reason == "error":
-                    continue
-                g = monte_carlo_returns(np.asarray(branch.rewards, dtype=np.float64))
-                for r in range(cfg.tempo.macro_rounds, branch.rounds, cfg.tempo.macro_rounds):
-                    state = trainer.endpoint_state(start.state, branch, r)
-                    if state is not None:
-                        states.append(state)
-                        returns.append(float(g[r]))
-        queries = [trainer.critic_query(s) for s in states]
-        estimates = await trainer.estimate_many(queries, cfg.tempo.critic_samples)
-        v_pi = await asyncio.gather(
-            *(mc.estimate(q, 1, policy or trainer.c.sampler, seed=i) for i, q in enumerate(queries))
-        )
-        return [float(np.mean(e.values)) for e in estimates], returns, [float(v.values[0]) for v in v_pi]
-
-    v_hat, g, v_pi = trainer.run_async(probe())
-    return {
-        "states": len(g),
-        "corr_v_return": pearson(v_hat, g),
-        "corr_v_vpi": pearson(v_hat, v_pi),
-        "ceiling_vpi_return": pearson(v_pi, g),
-        "mean_v": float(np.mean(v_hat)) if v_hat else None,
-        "mean_vpi": float(np.mean(v_pi)) if v_pi else None,
-        "mean_return": float(np.mean(g)) if g else None,
-        "rollout_env_steps": int(mc.env_steps),
-    }
-
-
 def warmup_curve(
     seed: int,
     updates: int,
@@ -252,7 +167,7 @@ def warmup_curve(
     """The generative arm's warm-up on ``keydoor_rule`` from the benchmark's warm start of ``seed``, run for
     ``updates`` updates with ``states`` critic states per episode (None: all) and the critic ``design``:
     ``{"corr": [...], "mean_estimate": [...], "env_steps": [...]}``, one entry per update, and with
-    ``probe_games`` > 0 the :func:`value_probe` after the last update (``"probe"``)."""
+    ``probe_games`` > 0 the :func:`mechanism.value_probe` after the last update (``"probe"``)."""
     import mechanism
 
     from tempo_rl.training.run import build_trainer
@@ -269,12 +184,15 @@ def warmup_curve(
             "warmup_games_per_batch": games,
             "warmup_states_per_episode": states,
             "warmup_substeps": design.substeps,
+            "warmup_state_stride": None,  # the stride is H, set below
             **design.tempo_settings(),
             # boundaries every `stride` rounds; the probe's states stay at the arm's H
             "macro_rounds": design.stride or cfg.tempo.macro_rounds,
         }
     )
-    probe_config = cfg
+    probe_config = cfg.model_copy(  # the run's config with the probe's states every H rounds, as the arm's
+        update={"tempo": tempo.model_copy(update={"macro_rounds": cfg.tempo.macro_rounds})}
+    )
     cfg = cfg.model_copy(update={"tempo": tempo})
     last: dict[str, float] = {}
 
@@ -295,7 +213,7 @@ def warmup_curve(
             out["env_steps"].append(steps)
         if probe_games:
             trainer.config = probe_config  # probe states every H rounds, as the arm's
-            probe = value_probe(trainer, probe_games, probe_rollouts, policy)
+            probe = mechanism.value_probe(trainer, probe_games, probe_rollouts, policy)
             out["probe"] = {k: mechanism._round(v) if isinstance(v, float) else v for k, v in probe.items()}
     finally:
         mechanism._close(trainer)

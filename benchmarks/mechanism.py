@@ -142,6 +142,14 @@ class Scale:
     # the generative critic's prompt budget (sampling.critic_max_prompt_tokens): the quick scale's 400-token
     # vocabulary writes even a prompt with every turn omitted in about 805 tokens
     critic_max_prompt_tokens: int = 768
+    # the generative arm's warm-up: optimiser steps per update (tempo.warmup_substeps) and its critic states
+    # every ``warmup_state_stride`` rounds (tempo.warmup_state_stride)
+    warmup_substeps: int = 32
+    warmup_state_stride: int = 1
+    # the value probe after the generative arm's warm-up (:func:`value_probe`): held-out games, rollouts per
+    # state for V_pi (0 games: none)
+    probe_games: int = 8
+    probe_rollouts: int = 8
 
 
 ARMS: dict[str, dict[str, Any]] = {
@@ -237,8 +245,8 @@ FULL = Scale(
     branches=4,
     critic_samples=4,
     endpoint_samples=2,
-    warmup_updates=2,
-    warmup_games=2,
+    warmup_updates=4,
+    warmup_games=4,
     grpo_games=2,
     mc_rollouts=2,
     learning_rate=1e-3,
@@ -269,6 +277,9 @@ QUICK = Scale(
     max_tokens=32,
     max_trajectory_tokens=2048,
     critic_max_prompt_tokens=1024,
+    warmup_substeps=2,
+    probe_games=1,
+    probe_rollouts=2,
 )
 
 #: Per-update metrics kept in each run record (besides env steps and tokens).
@@ -291,6 +302,22 @@ _KEEP = (
 )
 
 TIME_PARTS = ("restore", "sampling", "env", "training", "prefix", "store", "reference")
+
+
+def generative_critic_design(scale: Scale) -> dict[str, Any]:
+    """The generative arm's critic design (``tempo.*``), the one ``benchmarks/critic_warmup.py`` found to hold
+    on 5 seeds (``docs/results.md``): weights of its own (a copy of the warm start; the policy's RL steps no
+    longer move it, nor its steps the policy), a warm-up that offers it every round of every episode
+    (``warmup_state_stride`` = 1, all states: one env step, one Monte Carlo example) and trains every earlier
+    warm-up update's examples again at each update (``warmup_replay``: a batch whose episodes were all lost no
+    longer pulls every value to 0), ``warmup_substeps`` optimiser steps per update."""
+    return {
+        "critic_weights": "own",
+        "warmup_replay": True,
+        "warmup_state_stride": scale.warmup_state_stride,
+        "warmup_states_per_episode": None,
+        "warmup_substeps": scale.warmup_substeps,
+    }
 
 
 def make_config(
@@ -338,8 +365,7 @@ def make_config(
                 # the oracle and Monte Carlo critics are not trained: a critic warm-up has nothing to teach them
                 "warmup_updates": scale.warmup_updates if generative else 0,
                 "warmup_games_per_batch": scale.warmup_games,
-                "warmup_substeps": 4,
-                "warmup_states_per_episode": 2,
+                **(generative_critic_design(scale) if generative else {}),
                 "td_updates": 1_000_000,  # stopped by the env-step budget
                 "prefix_correction": spec.get("prefix_correction", "off"),
             },
@@ -556,11 +582,13 @@ def arm_task(
     """
     from tempo_rl.training.run import build_trainer
 
+    probed = ARMS[arm].get("critic") == "generative" and scale.probe_games > 0
     key = config_key(
         "arm",
         make_config(env, scale, seed, arm, work / "probe", tok_dir),
         {"budget_steps": scale.budget_steps, "eval_points": scale.eval_points},
         warm["key"],
+        *([{"probe_games": scale.probe_games, "probe_rollouts": scale.probe_rollouts}] if probed else []),
     )
     run_dir = work / f"{env.name}-seed{seed}-{arm}-{key}"
     record = work / f"{env.name}-seed{seed}-{arm}-{key}.json"
@@ -586,7 +614,8 @@ def arm_task(
     updates: list[dict[str, float]] = []
     evals: list[dict[str, float]] = []  # each evaluation's ``eval/*`` metrics (wasted steps among them)
     time_s: dict[str, float] = {}
-    eval_s = 0.0
+    eval_s = probe_s = 0.0
+    probe: dict[str, Any] | None = None
     steps = tokens = 0
     try:
         while steps < budget:
@@ -608,6 +637,15 @@ def arm_task(
                     f"[mechanism]   {env.name} seed {seed} {arm} update {len(updates)}: {shown}",
                     file=sys.stderr,
                 )
+            if probed and probe is None and trainer.state.update >= cfg.tempo.warmup_updates:
+                t0 = time.perf_counter()  # the warm-up is over: the critic's values on held-out states
+                probe = value_probe(trainer, scale.probe_games, scale.probe_rollouts, aside=True)
+                probe_s = time.perf_counter() - t0
+                print(
+                    f"[mechanism] {env.name} seed {seed} {arm} warm-up probe: {json.dumps(json_safe(probe))}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if marks and steps >= marks[0]:
                 while marks and steps >= marks[0]:
                     marks.pop(0)
@@ -623,6 +661,7 @@ def arm_task(
         _close(trainer)
     wall = time.perf_counter() - t_start
     time_s["eval"] = eval_s
+    time_s["probe"] = probe_s
     time_s["other"] = max(0.0, wall - sum(time_s.values()))
     out = {
         "key": key,
@@ -639,6 +678,7 @@ def arm_task(
         "tokens": tokens,
         "cost": {k: v for k, v in last.items() if k.startswith(("cost/", "critic/mc_"))},
         "final_state": str(final_state),
+        **({"warmup_probe": probe} if probe is not None else {}),
     }
     _write_json(record, out)
     print(
@@ -648,6 +688,104 @@ def arm_task(
         flush=True,
     )
     return out
+
+
+def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Pearson's r of two equal-length samples (the trainer's ``critic/value_corr`` function); None where it is
+    undefined (fewer than 2 pairs, or either side constant)."""
+    from tempo_rl.training.metrics import correlation
+
+    r = correlation(a, b)
+    return None if math.isnan(r) else r
+
+
+def value_probe(
+    trainer: Any, games: int, rollouts: int, policy: Any = None, *, aside: bool = False
+) -> dict[str, Any]:
+    """The critic against the policy's own values on held-out states, and what a perfect critic would score.
+
+    ``games`` evaluation games (``env.eval_game(j)``, the same for every seed) x N branches play full episodes
+    with the current policy; every macro-step boundary strictly inside an episode (rounds H, 2H, ...) is a probe
+    state s with its single Monte Carlo return ``G(s)`` (the target the warm-up trains on). For each one:
+
+    * ``V_hat(s)``: the generative critic's value (the mean of its K estimates);
+    * ``V_pi(s)``: the policy's value, the mean return of ``rollouts`` = M rollouts from the restored state
+      (:class:`~tempo_rl.critic.MonteCarloCritic`, VinePPO's estimator), played by ``policy`` (a sampling
+      client; default the trainer's, the one that plays the episodes).
+
+    Returns the correlations ``corr(V_hat, G)`` (the warm-up's own measure), ``corr(V_hat, V_pi)`` and the
+    ceiling ``corr(V_pi, G)``, plus the means, the state count and the rollouts' env steps. Why a ceiling: a
+    single return is ``G = V_pi(s) + e`` with ``E[e | s] = 0``, so for any critic that is a function of the
+    state ``cov(V_hat, G) = cov(V_hat, V_pi)`` and
+
+        corr(V_hat, G) = corr(V_hat, V_pi) * sd(V_pi) / sd(G) = corr(V_hat, V_pi) * corr(V_pi, G)
+
+    A perfect critic reaches ``corr(V_pi, G) = sd(V_pi) / sd(G)`` against 0/1 returns, and no critic more. The
+    probe estimates it with ``V_pi``'s M-rollout mean, whose own sampling noise reads it a little low (by the
+    factor ``sd(V_pi) / sd(V_pi_M)``).
+
+    With ``aside`` the probe is evaluation, like :meth:`~tempo_rl.training.trainer.MacroStepTrainer.evaluate`:
+    the trainer's cost ledger (``cost/*``: env steps, tokens) and its RNG are restored afterwards, so that a run
+    that goes on training keeps its env-step budget and the samples it would have drawn without the probe. The
+    V_pi rollouts never count (their critic is built here, not the run's).
+    """
+    import asyncio
+    import copy
+
+    from tempo_rl.critic import MonteCarloCritic
+    from tempo_rl.signals import monte_carlo_returns
+    from tempo_rl.training.critics import state_critic
+    from tempo_rl.training.trainer import UpdateTimer
+
+    cfg = trainer.config
+    mc_config = cfg.model_copy(
+        update={"tempo": cfg.tempo.model_copy(update={"critic": "monte_carlo", "critic_rollouts": rollouts})}
+    )
+    mc = state_critic(
+        mc_config, trainer.c.chat, pool=trainer.c.pool, restore_branches=trainer.c.restore_branches
+    )
+    assert isinstance(mc, MonteCarloCritic)
+    ledger, rng_state = copy.deepcopy(trainer.state.cost), copy.deepcopy(trainer.rng.bit_generator.state)
+
+    async def probe() -> tuple[list[float], list[float], list[float]]:
+        starts, _ = await trainer.fresh_starts(
+            cfg.tempo.branches, [cfg.env.eval_game(j) for j in range(games)]
+        )
+        results, _ = await trainer.play(starts, segment_rounds=None, timer=UpdateTimer())
+        states, returns = [], []
+        for start, row in zip(starts, results):
+            for branch in row:
+                if branch.end_reason == "error":
+                    continue
+                g = monte_carlo_returns(np.asarray(branch.rewards, dtype=np.float64))
+                for r in range(cfg.tempo.macro_rounds, branch.rounds, cfg.tempo.macro_rounds):
+                    state = trainer.endpoint_state(start.state, branch, r)
+                    if state is not None:
+                        states.append(state)
+                        returns.append(float(g[r]))
+        queries = [trainer.critic_query(s) for s in states]
+        estimates = await trainer.estimate_many(queries, cfg.tempo.critic_samples)
+        v_pi = await asyncio.gather(
+            *(mc.estimate(q, 1, policy or trainer.c.sampler, seed=i) for i, q in enumerate(queries))
+        )
+        return [float(np.mean(e.values)) for e in estimates], returns, [float(v.values[0]) for v in v_pi]
+
+    try:
+        v_hat, g, v_pi = trainer.run_async(probe())
+    finally:
+        if aside:
+            trainer.state.cost = ledger
+            trainer.rng.bit_generator.state = rng_state
+    return {
+        "states": len(g),
+        "corr_v_return": pearson(v_hat, g),
+        "corr_v_vpi": pearson(v_hat, v_pi),
+        "ceiling_vpi_return": pearson(v_pi, g),
+        "mean_v": float(np.mean(v_hat)) if v_hat else None,
+        "mean_vpi": float(np.mean(v_pi)) if v_pi else None,
+        "mean_return": float(np.mean(g)) if g else None,
+        "rollout_env_steps": int(mc.env_steps),
+    }
 
 
 def exit_with_parent(parent_pid: int, poll_s: float = 2.0) -> threading.Thread:
@@ -760,6 +898,11 @@ def summarize(
                     mean_se([_first(w, "critic/abs_error_mean") for w in warm])[0],
                     mean_se([_last(w, "critic/abs_error_mean") for w in warm])[0],
                 ]
+                # the value probe on held-out states at the end of the warm-up (None: the run had none)
+                arm_sum["warmup_probe_per_seed"] = [
+                    {k: p.get(k) for k in _PROBE_KEYS} if (p := per_seed[s].get("warmup_probe")) else None
+                    for s in seeds
+                ]
                 arm_sum["parse_failure_rate_max"] = max(
                     (u.get("critic/parse_failure_rate", 0.0) for s in seeds for u in per_seed[s]["updates"]),
                     default=None,
@@ -782,6 +925,10 @@ def summarize(
             }
         out[env_name] = env_sum
     return out
+
+
+#: The value probe's figures kept in the summary (see :func:`value_probe`).
+_PROBE_KEYS = ("states", "corr_v_return", "corr_v_vpi", "ceiling_vpi_return", "mean_v", "mean_vpi")
 
 
 def _mean_of(updates: Sequence[Mapping[str, float]], key: str) -> float | None:
@@ -877,6 +1024,12 @@ def headline(
                 line[f"{env_name}/{arm}/warmup_value_corr_last"] = _round(
                     s["warmup_value_corr_last_per_seed"]
                 )
+            probes = s.get("warmup_probe_per_seed") or []
+            if any(probes):
+                for k in ("corr_v_return", "corr_v_vpi", "ceiling_vpi_return"):
+                    line[f"{env_name}/{arm}/warmup_probe_{k}"] = [
+                        _round(p.get(k)) if p else None for p in probes
+                    ]
         d = env_sum.get("auc_oracle_minus_grpo")
         if d:
             line[f"{env_name}/auc_oracle_minus_grpo"] = {

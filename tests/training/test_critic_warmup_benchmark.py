@@ -1,5 +1,5 @@
-"""``benchmarks/critic_warmup.py``: when the correlation bar counts as reached and Pearson's r, by hand, and a
-smoke run with its value probe."""
+"""``benchmarks/critic_warmup.py``: when the correlation bar counts as reached, by hand, its designs, and a smoke
+run with its value probe."""
 
 from __future__ import annotations
 
@@ -23,16 +23,6 @@ def test_steps_to_bar_needs_the_bar_held_to_the_end() -> None:
     assert warmup.steps_to_bar({"corr": [0.8, None, 0.9, 0.9, 0.9], "env_steps": steps}, 0.7) == 300.0
     assert warmup.steps_to_bar({"corr": [0.8, 0.9, 0.9, 0.9, 0.5], "env_steps": steps}, 0.7) is None
     assert warmup.steps_to_bar({"corr": [], "env_steps": []}, 0.7) is None
-
-
-def test_pearson_by_hand_and_undefined_for_a_constant() -> None:
-    assert warmup.pearson([1.0, 2.0, 3.0], [2.0, 4.0, 6.0]) == pytest.approx(1.0)
-    assert warmup.pearson([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
-    assert warmup.pearson([0.0, 0.0, 1.0, 1.0], [0.0, 1.0, 0.0, 1.0]) == pytest.approx(0.0)
-    # x = (0, 1, 2), y = (0, 0, 1): cov = 1/3, sd_x = sqrt(2/3), sd_y = sqrt(2/9) -> r = (1/3) / sqrt(4/27) = 0.866
-    assert warmup.pearson([0.0, 1.0, 2.0], [0.0, 0.0, 1.0]) == pytest.approx(0.8660254, abs=1e-7)
-    assert warmup.pearson([0.5, 0.5, 0.5], [0.0, 1.0, 0.0]) is None  # every target of a failing policy is 0
-    assert warmup.pearson([1.0], [1.0]) is None
 
 
 class _Trainer:
@@ -92,7 +82,11 @@ def test_the_library_design_is_the_trainers_own_config_and_no_simulation() -> No
     design = warmup.Design(stride=1, substeps=16, epochs=2, own_weights=True, replay=True, library=True)
     assert design.label() == "h1-s16-e2-own-replay-lib"
     assert design.tempo_settings() == {"critic_weights": "own", "warmup_replay": True, "warmup_substeps": 32}
-    assert warmup.Design(own_weights=True).tempo_settings() == {}  # the simulation sets nothing
+    # the simulation asks the trainer for one set of weights and no replay, and adds them itself
+    assert warmup.Design(own_weights=True).tempo_settings() == {
+        "critic_weights": "shared",
+        "warmup_replay": False,
+    }
     trainer = _Trainer()
     step = trainer.train_step
     assert warmup.apply_design(trainer, design) is None and trainer.train_step == step

@@ -108,6 +108,12 @@ def test_every_arm_of_an_env_gets_the_same_model_and_env_but_its_own_critic(tmp_
         and cfgs["oracle"].tempo.prefix_correction == "off"
     )
     assert cfgs["generative"].tempo.warmup_updates > 0 and cfgs["oracle"].tempo.warmup_updates == 0
+    # the generative critic's design (benchmarks/critic_warmup.py): its own weights, every round of the warm-up
+    # a critic state, the warm-up's examples replayed; no other arm has a second model
+    gen = cfgs["generative"].tempo
+    assert (gen.critic_weights, gen.warmup_replay, gen.warmup_state_stride) == ("own", True, 1)
+    assert gen.warmup_states_per_episode is None and gen.warmup_substeps == mech.FULL.warmup_substeps
+    assert all(c.tempo.critic_weights == "shared" for a, c in cfgs.items() if a != "generative")
     shared = ("env", "sampling", "optim", "warmstart", "kl")
     for c in cfgs.values():
         for part in shared:
@@ -149,6 +155,18 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Pa
     # demos: without them the generative arm's critic never answers in the format)
     warm = results["warmstart"]["keydoor/0"]["metrics"]
     assert warm["warmstart/datums"] > results["scale"]["warmstart_episodes"]
+    # the value probe after the generative critic's warm-up: in its record, its summary and the line, and not
+    # charged to the arm's env steps (the first TD update's count starts from the warm-up's)
+    gen = runs["generative"]["0"]
+    probe = gen["warmup_probe"]
+    assert probe["states"] > 0 and probe["rollout_env_steps"] > 0 and gen["time_s"]["probe"] > 0
+    assert line["keydoor/generative/warmup_probe_corr_v_return"] == [
+        None if probe["corr_v_return"] is None else round(probe["corr_v_return"], 4)
+    ]
+    phases = [u["train/phase"] for u in gen["updates"]]
+    warm_steps = gen["updates"][phases.count(0.0) - 1]["env_steps"]
+    td_steps = gen["updates"][phases.count(0.0)]["env_steps"] - warm_steps
+    assert phases[0] == 0.0 and 1.0 in phases and td_steps <= 2 * 2 * 4  # states x branches x H rounds
     # the Monte Carlo critic's rollouts are charged to its arm
     assert runs["mc"]["0"]["cost"]["critic/mc_env_steps"] > 0
     assert not any("critic/abs_error_mean" in u for u in runs["grpo"]["0"]["updates"])
@@ -163,6 +181,16 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Pa
     assert {k: v for k, v in again.items() if k not in keep} == {
         k: v for k, v in line.items() if k not in keep
     }
+
+
+def test_pearson_by_hand_and_undefined_for_a_constant() -> None:
+    assert mech.pearson([1.0, 2.0, 3.0], [2.0, 4.0, 6.0]) == pytest.approx(1.0)
+    assert mech.pearson([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert mech.pearson([0.0, 0.0, 1.0, 1.0], [0.0, 1.0, 0.0, 1.0]) == pytest.approx(0.0)
+    # x = (0, 1, 2), y = (0, 0, 1): cov = 1/3, sd_x = sqrt(2/3), sd_y = sqrt(2/9) -> r = (1/3) / sqrt(4/27) = 0.866
+    assert mech.pearson([0.0, 1.0, 2.0], [0.0, 0.0, 1.0]) == pytest.approx(0.8660254, abs=1e-7)
+    assert mech.pearson([0.5, 0.5, 0.5], [0.0, 1.0, 0.0]) is None  # every target of a failing policy is 0
+    assert mech.pearson([1.0], [1.0]) is None
 
 
 def test_keydoor_rule_rewards_blue_keys_and_demonstrates_random_ones(tmp_path: Path) -> None:

@@ -198,6 +198,27 @@ def test_warmup_update_uses_monte_carlo_targets_and_fills_the_store():
     assert _datums(training, "actor") == []
 
 
+def test_warmup_state_stride_gives_the_critic_every_round_and_the_store_every_h():
+    cfg = tiny_config(
+        "tempo.warmup_updates=1",
+        "tempo.td_updates=0",
+        "tempo.warmup_state_stride=1",
+        "tempo.warmup_states_per_episode=100",  # more than an episode has: all of them
+    )
+    trainer, _sampler, _training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    metrics = asyncio.run(trainer.warmup_update(0))
+    episodes = [len(rec["actions"]) for rec in trajectories]
+    # the critic: every round 1 .. rounds - 1 of each episode, plus each of the 2 games' start state
+    assert metrics["warmup/boundary_states"] == sum(n - 1 for n in episodes) + 2
+    assert [m["round"] for m in trajectories[0]["boundaries"]] == list(range(1, episodes[0]))
+    # the store: only the macro-step boundaries, rounds 4, 8, 12 before each episode's end (H = 4), as without
+    # a stride (distinct states; a store refuses a duplicate)
+    assert 1 <= metrics["warmup/stored_states"] <= sum(len(range(4, n, 4)) for n in episodes)
+    assert len(trainer.c.store) == metrics["warmup/stored_states"]
+    stored = [trainer.c.store.get(i) for i in trainer.c.store.ids()]
+    assert all(s.snapshot.round_index % 4 == 0 for s in stored)
+
+
 def test_warmup_substeps_apply_to_warmup_updates_only():
     cfg = tiny_config(
         "tempo.warmup_updates=1",

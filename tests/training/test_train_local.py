@@ -386,6 +386,7 @@ def test_a_critic_of_its_own_trains_apart_from_the_actor_and_resumes_exactly(tmp
     config = _own_critic_config(tmp_path, 2, ["kl.coef=0.1"])
     run_dir = tmp_path / "run"
     train_run(run_dir, config, console=False, max_updates=0)  # the warm start, and its checkpoint
+    assert not list(tmp_path.rglob("critic-init.pt"))  # the copy's file is gone once loaded
     actor0, critic0 = _policy_and_critic_logprobs(run_dir, config)
     assert critic0 == actor0  # the critic starts as a copy of the warm-started policy
     # the 2 warm-up updates, resumed from that checkpoint

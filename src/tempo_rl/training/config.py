@@ -289,8 +289,18 @@ class TempoConfig(_Model):
         default=2,
         ge=1,
         description=(
-            "boundary states (rounds H, 2H, ...) kept per warm-up episode (None = all); equal weight per episode; "
-            "each game's start state is added once, against the mean of its branches' returns"
+            "critic states (rounds S, 2S, ... with S = tempo.warmup_state_stride) kept per warm-up episode "
+            "(None = all); equal weight per episode; each game's start state is added once, against the mean "
+            "of its branches' returns"
+        ),
+    )
+    warmup_state_stride: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "S: a warm-up episode offers the critic its states every S rounds (None = H, the macro-step "
+            "boundaries; 1 = every round: about H times the Monte Carlo examples from the same env steps). "
+            "The store still receives the states every H rounds only: TD segments start there"
         ),
     )
     td_updates: int = Field(default=40, ge=0)

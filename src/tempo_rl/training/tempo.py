@@ -3,10 +3,10 @@
 **Warm-up update** (``tempo.warmup_updates`` of them, critic only):
 
 * ``warmup_games_per_batch`` fresh games x N branches play full episodes (up to T rounds);
-* boundary states every H rounds (H, 2H, ... strictly before the episode's end) get the Monte Carlo target
-  ``G_t = sum_{u >= t} r_u`` (:func:`tempo_rl.signals.monte_carlo_returns`); each episode contributes at most
-  ``warmup_states_per_episode`` of them, drawn uniformly, so that long failed episodes do not out-weigh short
-  successful ones (the reference's bias);
+* the states every S rounds (S, 2S, ... strictly before the episode's end; S = ``warmup_state_stride``,
+  default H) get the Monte Carlo target ``G_t = sum_{u >= t} r_u`` (:func:`tempo_rl.signals.monte_carlo_returns`);
+  each episode contributes at most ``warmup_states_per_episode`` of them, drawn uniformly, so that long failed
+  episodes do not out-weigh short successful ones (the reference's bias);
 * each game's start state (round 0, the same state for its N branches) is one more boundary state, with the
   mean of its branches' returns ``G_0 = mean_n sum_u r_u^(n)`` as target: one Monte Carlo estimate of
   ``V(s_0)`` over N episodes instead of N copies of the state against single 0/1 outcomes;
@@ -14,7 +14,8 @@
   critic Datums only (plus, with the KL anchor ``kl.coef > 0``, the episodes' actor tokens trained by the
   anchor alone, see :class:`~tempo_rl.training.config.KLConfig`); one optimiser step (``optim.substeps``
   minibatch steps);
-* every non-terminal boundary state (round > 0) also goes into the StateStore (the reference discarded them).
+* every non-terminal macro-step boundary (rounds H, 2H, ...) also goes into the StateStore (the reference
+  discarded them).
 
 **TD update**:
 
@@ -479,15 +480,17 @@ class TempoTrainer(MacroStepTrainer):
         targets = [g for _, g in boundary]
         for slot, record in zip(slots, critic_records(estimates, targets, t)):
             slot["critic"] = record
-        datums, critic_degenerate = self.critic_datums_of(estimates, targets, td=False)
         metrics = critic_metrics(estimates, targets)  # before the step: the error of the policy that sampled
         if (
             t.warmup_replay and t.train_critic
         ):  # every earlier warm-up update's critic examples, then this one's
-            replayed = [self.critic_example_datum(e) for e in self.state.critic_replay]
+            replayed = len(self.state.critic_replay)
             self.state.critic_replay.extend(critic_examples(estimates, targets, 1.0, t))
-            datums = replayed + datums
-            metrics["warmup/replayed_datums"] = float(len(replayed))
+            datums = [self.critic_example_datum(e) for e in self.state.critic_replay]
+            critic_degenerate = 0.0  # log-loss Datums (the config requires them): no group to degenerate
+            metrics["warmup/replayed_datums"] = float(replayed)
+        else:
+            datums, critic_degenerate = self.critic_datums_of(estimates, targets, td=False)
         if t.train_actor:  # advantage 0: the episodes' actor tokens are trained by the KL anchor alone, if on
             played = [b for row in results for b in row if b.end_reason != "error"]
             anchored, kl_metrics = await self.anchored_actor_datums(played, [0.0] * len(played), timer)
@@ -518,9 +521,11 @@ class TempoTrainer(MacroStepTrainer):
         the dict (inside a record) that receives its critic samples: a branch's ``boundaries`` entry
         ``{"round", "target"}``, or the start's ``start`` field (:func:`start_record`) on its first record.
 
-        Every H rounds strictly before an episode's end is a boundary; each episode contributes at most
-        ``tempo.warmup_states_per_episode`` of them (drawn uniformly) as critic targets, and every one goes
-        into the store. Each start state is one more boundary, against the mean of its episodes' returns.
+        Every S rounds strictly before an episode's end (S = ``tempo.warmup_state_stride``, default H) is a
+        critic state; each episode contributes at most ``tempo.warmup_states_per_episode`` of them (drawn
+        uniformly) as critic targets. Every H rounds strictly before its end is a macro-step boundary, and
+        every one goes into the store. Each start state is one more critic state, against the mean of its
+        episodes' returns.
         """
         t = self.config.tempo
         boundary: list[tuple[StoredState, float]] = []
@@ -536,11 +541,12 @@ class TempoTrainer(MacroStepTrainer):
                     continue
                 returns = monte_carlo_returns(np.asarray(branch.rewards, dtype=np.float64))
                 start_returns.append(float(returns[0]) if branch.rounds else 0.0)
-                candidates = list(range(t.macro_rounds, branch.rounds, t.macro_rounds))
-                for r in candidates:
+                for r in range(t.macro_rounds, branch.rounds, t.macro_rounds):
                     state = self.endpoint_state(start.state, branch, r)
                     if state is not None and self.c.store.add(state):
                         stored += 1
+                stride = t.warmup_state_stride or t.macro_rounds
+                candidates = list(range(stride, branch.rounds, stride))
                 m = t.warmup_states_per_episode
                 chosen = (
                     candidates

@@ -762,7 +762,11 @@ class MacroStepTrainer(abc.ABC):
         own = self.c.critic_training_client
         if own is None:
             return
-        own.load_state(self.c.training_client.save_state("critic-init"))
+        copied = Path(self.c.training_client.save_state("critic-init"))
+        own.load_state(str(copied))
+        copied.unlink(
+            missing_ok=True
+        )  # loaded: the local backend's file (the only backend "own" runs on) goes
         self.c.critic_sampler = own.save_weights_and_get_sampling_client("critic-init")
 
     def critic_sampler(self) -> SamplingClient:
