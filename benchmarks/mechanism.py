@@ -35,14 +35,20 @@ Arms (``ARMS``; knights runs all but the prefix-correction one):
 * ``oracle_flip10`` / ``oracle_flip30``: the oracle with each estimate flipped (V -> R_max - V) with
   probability 0.1 / 0.3;
 * ``mc``: the Monte Carlo critic (VinePPO: the mean return of M = 2 policy rollouts from the restored state);
-* ``generative``: TEMPO's own critic (the policy model prompted for ``<value>``), with its critic warm-up.
+* ``generative``: TEMPO's own critic (the model prompted for ``<value>``), with its critic warm-up: since
+  2026-12-05 on weights of its own (copied from the warm start), offered every round of 4 warm-up updates of 4
+  games, each update training every earlier one's examples again (:func:`generative_critic_design`), then TD.
+  After the warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the critic on 8
+  held-out games' states against their single returns and against the policy's values V_pi (8 rollouts each).
 
 Reported, per env and arm, over seeds (mean and standard error, SE = sd / sqrt(n)): greedy-ish eval success
 (``sampling.eval_temperature``) at the budget, the success AUC (mean success over 41 evenly spaced env-step
 points from 0 to the budget), the paired difference ``oracle - grpo`` in AUC per seed with its SE and on how many
 seeds it is positive, the tokens processed (``cost/tokens`` = prefill + sampled + trained) each arm needs to
 reach GRPO's final success of the same seed, and the generative critic's value correlation with the Monte Carlo
-targets at the end of its warm-up. Curves: success against env steps and against tokens processed.
+targets at the end of its warm-up: over its last warm-up batch (``warmup_value_corr_last``, undefined when every
+episode of that batch was lost) and on the probe's held-out states (``warmup_probe_*``: against single returns,
+against V_pi, and the ceiling corr(V_pi, G) that no critic beats on average). Curves: success against env steps and against tokens processed.
 
 Every (env, seed) warm start and every (env, seed, arm) run is cached in ``--work`` (default
 ``runs/mechanism-work``, git-ignored) as soon as it finishes, keyed by its whole validated config and a digest of

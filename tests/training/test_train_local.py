@@ -406,6 +406,35 @@ def test_a_critic_of_its_own_trains_apart_from_the_actor_and_resumes_exactly(tmp
     assert _policy_and_critic_logprobs(straight, config) == _policy_and_critic_logprobs(run_dir, config)
 
 
+def test_a_critic_of_its_own_gets_the_fault_layer_and_its_own_metrics(tmp_path: Path) -> None:
+    from tempo_rl.backends.config import RetryConfig
+    from tempo_rl.testing.faults import FaultPlan, FaultRates, faulty_build_trainer
+
+    config = _own_critic_config(tmp_path, 1, [])
+    run_dir = tmp_path / "run"
+    train_run(run_dir, config, console=False, max_updates=0)  # the warm start, without faults
+    # resumed with faults: the first optim_step after it is refused once; it is the critic's (the warm-up
+    # trains the critic only), and the retry layer under which it sits applies it exactly once
+    plan = FaultPlan(FaultRates(optim_fail=1.0), seed=0, max_faults={"optim_fail": 1})
+    fast = RetryConfig(backoff_initial_s=0.001, backoff_max_s=0.01, max_attempts=4)
+    with faulty_build_trainer(plan, retry=fast) as built:
+        summary = train_run(run_dir, resume=True, console=False)
+    (trainer,) = built
+    assert summary["updates_done"] == 2 and plan.injected["optim_fail"] == 1
+    actor, critic = trainer.c.training_client.stats, trainer.c.critic_training_client.stats
+    assert critic.retries == {"optim_step": 1} and not actor.retries
+    last = _metrics(run_dir)[-1]
+    assert last["critic/backend/retries"] == sum(critic.retries.values())
+    assert last["backend/retries"] == sum(actor.retries.values())
+    # the critic's own samplers' counters, apart from the actor's (its answers here are scored from their
+    # probabilities, which samples nothing: its sampling counters stay at 0 while the actor's grow)
+    own_sampling = trainer.c.critic_training_client.sampling_stats.as_metrics()
+    assert {k: v for k, v in last.items() if k.startswith("critic/sampling/")} == {
+        f"critic/{k}": v for k, v in own_sampling.items()
+    }
+    assert last["sampling/prefill_tokens"] > last["critic/sampling/prefill_tokens"] == 0
+
+
 def test_warmup_replay_trains_every_earlier_updates_critic_examples_and_resumes_them(tmp_path: Path) -> None:
     config = _own_critic_config(tmp_path, 3, ["tempo.warmup_replay=true"])
     run_dir = tmp_path / "run"

@@ -417,7 +417,8 @@ def inject_faults(trainer: Any, plan: FaultPlan, *, retry: Any = None) -> Any:
 
     The training client becomes ``Retrying(Faulty(inner))`` (a trainer whose client is not a
     :class:`~tempo_rl.backends.retry.RetryingTrainingClient` gets the faulty client with no retry layer, so a
-    test can show what breaks without it); the sampler, ``make_env`` and ``restore_branches`` are wrapped.
+    test can show what breaks without it); the sampler, ``make_env`` and ``restore_branches`` are wrapped. A
+    critic with weights of its own (``tempo.critic_weights = "own"``) gets the same layer on its client pair.
 
     Args:
         trainer: a :class:`~tempo_rl.training.trainer.MacroStepTrainer`.
@@ -425,22 +426,28 @@ def inject_faults(trainer: Any, plan: FaultPlan, *, retry: Any = None) -> Any:
         retry: a :class:`~tempo_rl.backends.config.RetryConfig` to use instead of the client's (e.g. tiny
             backoffs in tests).
     """
-    from tempo_rl.backends.retry import RetryingSamplingClient, RetryingTrainingClient
-
     c = trainer.c
-    client = c.training_client
-    if isinstance(client, RetryingTrainingClient):
-        client.inner = FaultyTrainingClient(client.inner, plan)
-        if retry is not None:
-            client.retry = retry
-        inner_sampler = c.sampler.inner if isinstance(c.sampler, RetryingSamplingClient) else c.sampler
-        c.sampler = client.wrap_sampler(FaultySamplingClient(inner_sampler, plan))
-    else:
-        c.training_client = FaultyTrainingClient(client, plan)
-        c.sampler = FaultySamplingClient(c.sampler, plan)
+    c.training_client, c.sampler = _faulty_clients(c.training_client, c.sampler, plan, retry)
+    if c.critic_training_client is not None:
+        c.critic_training_client, c.critic_sampler = _faulty_clients(
+            c.critic_training_client, c.critic_sampler, plan, retry
+        )
     c.make_env = _faulty_make_env(c.make_env, plan)
     c.restore_branches = faulty_restore_branches(c.restore_branches, plan, clock=lambda: trainer.state.update)
     return trainer
+
+
+def _faulty_clients(client: Any, sampler: Any, plan: FaultPlan, retry: Any) -> tuple[Any, Any]:
+    """``(client, sampler)`` with the faulty layer under the retry layer (see :func:`inject_faults`)."""
+    from tempo_rl.backends.retry import RetryingSamplingClient, RetryingTrainingClient
+
+    if not isinstance(client, RetryingTrainingClient):
+        return FaultyTrainingClient(client, plan), FaultySamplingClient(sampler, plan)
+    client.inner = FaultyTrainingClient(client.inner, plan)
+    if retry is not None:
+        client.retry = retry
+    inner_sampler = sampler.inner if isinstance(sampler, RetryingSamplingClient) else sampler
+    return client, client.wrap_sampler(FaultySamplingClient(inner_sampler, plan))
 
 
 @contextmanager

@@ -261,21 +261,28 @@ class MacroStepTrainer(abc.ABC):
     def reliability_metrics(self) -> dict[str, float]:
         """Failure counters since this process started: env worker calls, errors, timeouts and replaced workers
         (``workers/...``), backend retries (``backend/...``) and the local sampler's prompt prefill and prefix
-        cache (``sampling/...``), from components that keep them."""
+        cache (``sampling/...``), from components that keep them; a critic with weights of its own adds its
+        client's as ``critic/backend/...`` and ``critic/sampling/...``."""
         out: dict[str, float] = {"starts/fresh_start_failures": float(self.fresh_start_failures)}
         if self.restore_failures:  # only once it happened: a normal run's metrics keep their names
             out["starts/restore_failures"] = float(self.restore_failures)
-        tc = self.c.training_client
-        for source in (
-            getattr(self.c.pool, "stats", None),
-            getattr(tc, "stats", None),
-            getattr(tc, "sampling_stats", None),
-        ):
+        tc, critic = self.c.training_client, self.c.critic_training_client
+        sources: list[tuple[str, Any]] = [
+            ("", getattr(self.c.pool, "stats", None)),
+            ("", getattr(tc, "stats", None)),
+            ("", getattr(tc, "sampling_stats", None)),
+        ]
+        if critic is not None:
+            sources += [
+                ("critic/", getattr(critic, "stats", None)),
+                ("critic/", getattr(critic, "sampling_stats", None)),
+            ]
+        for prefix, source in sources:
             as_metrics = getattr(source, "as_metrics", None)
             if callable(as_metrics):
                 values = as_metrics()
                 if isinstance(values, Mapping):
-                    out.update({str(k): float(v) for k, v in values.items()})
+                    out.update({f"{prefix}{k}": float(v) for k, v in values.items()})
         return out
 
     def _should_eval(self, updates_done: int) -> bool:
