@@ -899,7 +899,11 @@ def summarize(
             }
             if ARMS[arm].get("critic") == "generative":
                 warm = [[u for u in per_seed[s]["updates"] if u.get("train/phase") == 0.0] for s in seeds]
-                arm_sum["warmup_value_corr_last_per_seed"] = [_last(w, "critic/value_corr") for w in warm]
+                # the last warm-up update's own correlation: None where it is undefined (every target of its
+                # batch equal, e.g. every episode lost), not an earlier update's
+                arm_sum["warmup_value_corr_last_per_seed"] = [
+                    _finite(w[-1].get("critic/value_corr")) if w else None for w in warm
+                ]
                 arm_sum["warmup_abs_error_first_last"] = [
                     mean_se([_first(w, "critic/abs_error_mean") for w in warm])[0],
                     mean_se([_last(w, "critic/abs_error_mean") for w in warm])[0],

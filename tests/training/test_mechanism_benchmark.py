@@ -69,6 +69,46 @@ def test_summary_pairs_the_oracle_with_grpo_per_seed() -> None:
     assert oracle["tokens_to_grpo_final"] == 50.0
 
 
+def test_the_generative_arms_warmup_figures_are_its_last_warmup_updates_and_its_probe() -> None:
+    budget = mech.QUICK.budget_steps
+
+    def run(corrs: list[float | None], probe: dict | None) -> dict:
+        warm = [
+            {
+                "train/phase": 0.0,
+                "critic/abs_error_mean": 0.5,
+                **({"critic/value_corr": c} if c is not None else {}),
+            }
+            for c in corrs
+        ]
+        td = [{"train/phase": 1.0, "critic/value_corr": 0.99}]
+        return {
+            "curve": [(0, 0, 0.0), (budget, 10, 0.5)],
+            "updates": warm + td,
+            "time_s": {},
+            "wall_s": 1.0,
+            "tokens": 10,
+            **({"warmup_probe": probe} if probe else {}),
+        }
+
+    probe = {
+        "states": 160,
+        "corr_v_return": 0.66,
+        "corr_v_vpi": 0.71,
+        "ceiling_vpi_return": 0.69,
+        "mean_v": 0.1,
+    }
+    runs = {"keydoor": {"generative": {0: run([0.2, 0.8], probe), 1: run([0.3, 0.5, None], None)}}}
+    arm = mech.summarize(runs, mech.QUICK)["keydoor"]["arms"]["generative"]
+    # seed 1's last warm-up batch had no defined correlation: None, not its update 2's 0.5 (nor TD's 0.99)
+    assert arm["warmup_value_corr_last_per_seed"] == [0.8, None]
+    assert arm["warmup_probe_per_seed"] == [{**probe, "mean_vpi": None}, None]
+    line = mech.headline({"keydoor": mech.summarize(runs, mech.QUICK)["keydoor"]}, mech.QUICK, 1.0, {})
+    assert line["keydoor/generative/warmup_value_corr_last"] == [0.8, None]
+    assert line["keydoor/generative/warmup_probe_corr_v_vpi"] == [0.71, None]
+    assert line["keydoor/generative/warmup_probe_ceiling_vpi_return"] == [0.69, None]
+
+
 def test_the_time_estimate_extrapolates_measured_arms_by_hand() -> None:
     runs = {
         "keydoor": {
