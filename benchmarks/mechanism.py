@@ -727,8 +727,12 @@ def value_probe(
         corr(V_hat, G) = corr(V_hat, V_pi) * sd(V_pi) / sd(G) = corr(V_hat, V_pi) * corr(V_pi, G)
 
     A perfect critic reaches ``corr(V_pi, G) = sd(V_pi) / sd(G)`` against 0/1 returns, and no critic more. The
-    probe estimates it with ``V_pi``'s M-rollout mean, whose own sampling noise reads it a little low (by the
-    factor ``sd(V_pi) / sd(V_pi_M)``).
+    probe estimates it with ``V_pi``'s M-rollout mean ``V_pi_M``, whose own sampling noise reads it low, and
+    ``corr(V_hat, V_pi)`` with it, by the factor ``sd(V_pi) / sd(V_pi_M)``. The ``*_corrected`` figures undo
+    that attenuation (Spearman's correction): ``var(V_pi) = var(V_pi_M) - mean_s var_m(G_m(s)) / M``, the
+    rollouts' own variance at each state (ddof 1) over M estimating the noise ``V_pi_M`` adds; ``vpi_noise_share``
+    is that noise's share of ``var(V_pi_M)``. They are estimates too (None where the noise is not below the
+    spread of the means).
 
     With ``aside`` the probe is evaluation, like :meth:`~tempo_rl.training.trainer.MacroStepTrainer.evaluate`:
     the trainer's cost ledger (``cost/*``: env steps, tokens) and its RNG are restored afterwards, so that a run
@@ -753,7 +757,7 @@ def value_probe(
     assert isinstance(mc, MonteCarloCritic)
     ledger, rng_state = copy.deepcopy(trainer.state.cost), copy.deepcopy(trainer.rng.bit_generator.state)
 
-    async def probe() -> tuple[list[float], list[float], list[float]]:
+    async def probe() -> tuple[list[float], list[float], list[np.ndarray]]:
         starts, _ = await trainer.fresh_starts(
             cfg.tempo.branches, [cfg.env.eval_game(j) for j in range(games)]
         )
@@ -771,26 +775,60 @@ def value_probe(
                         returns.append(float(g[r]))
         queries = [trainer.critic_query(s) for s in states]
         estimates = await trainer.estimate_many(queries, cfg.tempo.critic_samples)
-        v_pi = await asyncio.gather(
-            *(mc.estimate(q, 1, policy or trainer.c.sampler, seed=i) for i, q in enumerate(queries))
+        rollouts_of = await asyncio.gather(  # each state's M rollout returns (NaN: a rollout that failed)
+            *(mc.returns(q, policy or trainer.c.sampler, seed=i) for i, q in enumerate(queries))
         )
-        return [float(np.mean(e.values)) for e in estimates], returns, [float(v.values[0]) for v in v_pi]
+        return (
+            [float(np.mean(e.values)) for e in estimates],
+            returns,
+            [r[np.isfinite(r)] for r in rollouts_of],
+        )
 
     try:
-        v_hat, g, v_pi = trainer.run_async(probe())
+        v_hat, g, rollouts_of = trainer.run_async(probe())
     finally:
         if aside:
             trainer.state.cost = ledger
             trainer.rng.bit_generator.state = rng_state
+    return {**probe_figures(v_hat, g, rollouts_of), "rollout_env_steps": int(mc.env_steps)}
+
+
+def probe_figures(
+    v_hat: Sequence[float], g: Sequence[float], rollouts_of: Sequence[np.ndarray]
+) -> dict[str, Any]:
+    """The value probe's figures (see :func:`value_probe`) from each state's critic value ``v_hat``, single
+    return ``g`` and the finite returns of its M rollouts (``V_pi_M`` = their mean; a state with none leaves the
+    V_pi figures).
+
+    ``corr_v_vpi_corrected`` and ``ceiling_vpi_return_corrected`` are ``corr_v_vpi`` and ``ceiling_vpi_return``
+    times ``sqrt(1 / (1 - vpi_noise_share))``, ``vpi_noise_share = mean_s(var_m G_m(s) / M) / var_s(V_pi_M)``
+    (both ``var`` with ddof 1): Spearman's correction for the attenuation by ``V_pi_M``'s noise; None where a
+    state has fewer than 2 rollouts or the noise is not below the spread."""
+    kept = [i for i, r in enumerate(rollouts_of) if r.size]
+    v_pi = [float(rollouts_of[i].mean()) for i in kept]
+    ceiling, corr_v_vpi = pearson(v_pi, [g[i] for i in kept]), pearson([v_hat[i] for i in kept], v_pi)
+    noise_share = factor = None
+    if len(v_pi) > 1 and all(rollouts_of[i].size > 1 for i in kept):
+        noise = float(np.mean([rollouts_of[i].var(ddof=1) / rollouts_of[i].size for i in kept]))
+        spread = float(np.var(v_pi, ddof=1))
+        if spread > 0.0:
+            noise_share = noise / spread
+            factor = math.sqrt(1.0 / (1.0 - noise_share)) if noise_share < 1.0 else None
+
+    def corrected(r: float | None) -> float | None:
+        return None if r is None or factor is None else r * factor
+
     return {
         "states": len(g),
         "corr_v_return": pearson(v_hat, g),
-        "corr_v_vpi": pearson(v_hat, v_pi),
-        "ceiling_vpi_return": pearson(v_pi, g),
-        "mean_v": float(np.mean(v_hat)) if v_hat else None,
+        "corr_v_vpi": corr_v_vpi,
+        "ceiling_vpi_return": ceiling,
+        "corr_v_vpi_corrected": corrected(corr_v_vpi),
+        "ceiling_vpi_return_corrected": corrected(ceiling),
+        "vpi_noise_share": noise_share,
+        "mean_v": float(np.mean(v_hat)) if len(v_hat) else None,
         "mean_vpi": float(np.mean(v_pi)) if v_pi else None,
-        "mean_return": float(np.mean(g)) if g else None,
-        "rollout_env_steps": int(mc.env_steps),
+        "mean_return": float(np.mean(g)) if len(g) else None,
     }
 
 
@@ -938,7 +976,26 @@ def summarize(
 
 
 #: The value probe's figures kept in the summary (see :func:`value_probe`).
-_PROBE_KEYS = ("states", "corr_v_return", "corr_v_vpi", "ceiling_vpi_return", "mean_v", "mean_vpi")
+_PROBE_KEYS = (
+    "states",
+    "corr_v_return",
+    "corr_v_vpi",
+    "ceiling_vpi_return",
+    "corr_v_vpi_corrected",
+    "ceiling_vpi_return_corrected",
+    "mean_v",
+    "mean_vpi",
+)
+
+
+#: The value probe's figures in the JSON line, per seed.
+_PROBE_LINE_KEYS = (
+    "corr_v_return",
+    "corr_v_vpi",
+    "ceiling_vpi_return",
+    "corr_v_vpi_corrected",
+    "ceiling_vpi_return_corrected",
+)
 
 
 def _mean_of(updates: Sequence[Mapping[str, float]], key: str) -> float | None:
@@ -1035,11 +1092,10 @@ def headline(
                     s["warmup_value_corr_last_per_seed"]
                 )
             probes = s.get("warmup_probe_per_seed") or []
-            if any(probes):
-                for k in ("corr_v_return", "corr_v_vpi", "ceiling_vpi_return"):
-                    line[f"{env_name}/{arm}/warmup_probe_{k}"] = [
-                        _round(p.get(k)) if p else None for p in probes
-                    ]
+            for k in _PROBE_LINE_KEYS:
+                values = [_round(p.get(k)) if p else None for p in probes]
+                if any(v is not None for v in values):  # records made before a figure existed: left out
+                    line[f"{env_name}/{arm}/warmup_probe_{k}"] = values
         d = env_sum.get("auc_oracle_minus_grpo")
         if d:
             line[f"{env_name}/auc_oracle_minus_grpo"] = {

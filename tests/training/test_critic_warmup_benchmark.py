@@ -110,6 +110,7 @@ def test_quick_run_prints_one_curve_per_seed(tmp_path: Path) -> None:
     )
     for key in ("corr_v_return", "corr_v_vpi", "ceiling_vpi_return"):
         assert probe[key] is None or -1.0 <= probe[key] <= 1.0
+    assert probe["vpi_noise_share"] is None or probe["vpi_noise_share"] >= 0.0
 
 
 def test_quick_run_with_a_critic_of_its_own(tmp_path: Path) -> None:

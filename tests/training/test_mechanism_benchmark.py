@@ -102,7 +102,7 @@ def test_the_generative_arms_warmup_figures_are_its_last_warmup_updates_and_its_
     arm = mech.summarize(runs, mech.QUICK)["keydoor"]["arms"]["generative"]
     # seed 1's last warm-up batch had no defined correlation: None, not its update 2's 0.5 (nor TD's 0.99)
     assert arm["warmup_value_corr_last_per_seed"] == [0.8, None]
-    assert arm["warmup_probe_per_seed"] == [{**probe, "mean_vpi": None}, None]
+    assert arm["warmup_probe_per_seed"] == [{k: probe.get(k) for k in mech._PROBE_KEYS}, None]  # None: absent
     line = mech.headline({"keydoor": mech.summarize(runs, mech.QUICK)["keydoor"]}, mech.QUICK, 1.0, {})
     assert line["keydoor/generative/warmup_value_corr_last"] == [0.8, None]
     assert line["keydoor/generative/warmup_probe_corr_v_vpi"] == [0.71, None]
@@ -231,6 +231,28 @@ def test_pearson_by_hand_and_undefined_for_a_constant() -> None:
     assert mech.pearson([0.0, 1.0, 2.0], [0.0, 0.0, 1.0]) == pytest.approx(0.8660254, abs=1e-7)
     assert mech.pearson([0.5, 0.5, 0.5], [0.0, 1.0, 0.0]) is None  # every target of a failing policy is 0
     assert mech.pearson([1.0], [1.0]) is None
+
+
+def test_probe_figures_by_hand_with_the_rollouts_noise_undone() -> None:
+    # 4 states, M = 4 rollouts each: V_pi_M = 0, 0.75, 1, 0.25 (var ddof 1 = 0.625 / 3); the rollouts' own
+    # variance / M is 0, 0.25 / 4, 0, 0.25 / 4: noise 0.03125, share 0.03125 / 0.208333 = 0.15, factor
+    # sqrt(1 / 0.85) = 1.084652; a fifth state whose every rollout failed leaves the V_pi figures only
+    rollouts = [
+        np.array(r, dtype=float) for r in ([0, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1], [])
+    ]
+    v_hat, g = [0.1, 0.5, 0.9, 0.5, 0.3], [0.0, 1.0, 1.0, 1.0, 0.0]
+    fig = mech.probe_figures(v_hat, g, rollouts)
+    assert fig["states"] == 5 and fig["mean_vpi"] == pytest.approx(0.5)
+    assert fig["vpi_noise_share"] == pytest.approx(0.15)
+    # cov sums / sqrt(sum squares): V_pi vs G 0.5 / sqrt(0.625 x 0.75); V_hat vs V_pi 0.4 / sqrt(0.32 x 0.625)
+    assert fig["ceiling_vpi_return"] == pytest.approx(0.730297, abs=1e-6)
+    assert fig["corr_v_vpi"] == pytest.approx(0.894427, abs=1e-6)
+    assert fig["ceiling_vpi_return_corrected"] == pytest.approx(0.730297 * 1.084652, abs=1e-5)
+    assert fig["corr_v_vpi_corrected"] == pytest.approx(0.894427 * 1.084652, abs=1e-5)
+    assert fig["corr_v_return"] == pytest.approx(float(np.corrcoef(v_hat, g)[0, 1]))  # all 5 states
+    # one rollout a state: no estimate of the noise, so nothing is corrected
+    single = mech.probe_figures(v_hat[:4], g[:4], [r[:1] for r in rollouts[:4]])
+    assert single["vpi_noise_share"] is None and single["ceiling_vpi_return_corrected"] is None
 
 
 def test_keydoor_rule_rewards_blue_keys_and_demonstrates_random_ones(tmp_path: Path) -> None:
