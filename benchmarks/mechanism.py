@@ -73,7 +73,9 @@ seeds 453 s of wall time at 4,608 env steps and 895 s at 9,216, its Monte Carlo 
 and oracle arms of 5 seeds took 13.6 minutes of wall time at 4,608 env steps (``--jobs 2``, idle machine).
 With the recovering warm starts (2026-12-04) each ``keydoor_rule`` warm start takes about 350 s (demos three
 times longer); its 6 arms on seeds 0-4 took 47.5 minutes of wall time with ``--jobs 2``, warm starts included,
-and GRPO and oracle on seeds 5-9 27 minutes.
+and GRPO and oracle on seeds 5-9 27 minutes. Since the generative arm's critic has weights of its own and a
+warm-up of every round (2026-12-05) that arm takes 8-10 minutes a seed, 2-3 of them its value probe, and the 6
+arms on seeds 0-4 took 68 minutes with ``--jobs 2``, warm starts included.
 
 Usage::
 
