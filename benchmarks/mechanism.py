@@ -950,7 +950,9 @@ def summarize(
                 ]
                 # the value probe on held-out states at the end of the warm-up (None: the run had none)
                 arm_sum["warmup_probe_per_seed"] = [
-                    {k: p.get(k) for k in _PROBE_KEYS} if (p := per_seed[s].get("warmup_probe")) else None
+                    {k: p[k] for k in _PROBE_KEYS if k in p}
+                    if (p := per_seed[s].get("warmup_probe"))
+                    else None
                     for s in seeds
                 ]
                 arm_sum["parse_failure_rate_max"] = max(
@@ -1094,10 +1096,11 @@ def headline(
                     s["warmup_value_corr_last_per_seed"]
                 )
             probes = s.get("warmup_probe_per_seed") or []
-            for k in _PROBE_LINE_KEYS:
-                values = [_round(p.get(k)) if p else None for p in probes]
-                if any(v is not None for v in values):  # records made before a figure existed: left out
-                    line[f"{env_name}/{arm}/warmup_probe_{k}"] = values
+            for k in _PROBE_LINE_KEYS:  # a figure no record has (made before it existed) is left out
+                if any(p and k in p for p in probes):
+                    line[f"{env_name}/{arm}/warmup_probe_{k}"] = [
+                        _round(p.get(k)) if p else None for p in probes
+                    ]
         d = env_sum.get("auc_oracle_minus_grpo")
         if d:
             line[f"{env_name}/auc_oracle_minus_grpo"] = {
