@@ -541,10 +541,7 @@ class TempoTrainer(MacroStepTrainer):
                     continue
                 returns = monte_carlo_returns(np.asarray(branch.rewards, dtype=np.float64))
                 start_returns.append(float(returns[0]) if branch.rounds else 0.0)
-                for r in range(t.macro_rounds, branch.rounds, t.macro_rounds):
-                    state = self.endpoint_state(start.state, branch, r)
-                    if state is not None and self.c.store.add(state):
-                        stored += 1
+                boundaries = range(t.macro_rounds, branch.rounds, t.macro_rounds)
                 stride = t.warmup_state_stride or t.macro_rounds
                 candidates = list(range(stride, branch.rounds, stride))
                 m = t.warmup_states_per_episode
@@ -553,9 +550,15 @@ class TempoTrainer(MacroStepTrainer):
                     if m is None or m >= len(candidates)
                     else sorted(self.rng.choice(candidates, size=m, replace=False).tolist())
                 )
+                # each round's state built once, for the store and for the critic
+                states = {r: self.endpoint_state(start.state, branch, r) for r in {*boundaries, *chosen}}
+                for r in boundaries:
+                    state = states[r]
+                    if state is not None and self.c.store.add(state):
+                        stored += 1
                 marks: list[dict[str, Any]] = []
                 for r in chosen:
-                    state = self.endpoint_state(start.state, branch, r)
+                    state = states[r]
                     if state is not None:
                         boundary.append((state, float(returns[r])))
                         marks.append({"round": r, "target": float(returns[r])})
