@@ -719,11 +719,11 @@ def value_probe(
     * ``V_hat(s)``: the generative critic's value (the mean of its K estimates);
     * ``V_pi(s)``: the policy's value, the mean return of ``rollouts`` = M rollouts from the restored state
       (:class:`~tempo_rl.critic.MonteCarloCritic`, VinePPO's estimator), played by ``policy`` (a sampling
-      client; default the trainer's, the one that plays the episodes). Caveat (measured 2026-12-05): those
-      rollouts restart the policy from a fresh prompt rendered from the state's observation, not from the
-      episode's token prefix, and on ``keydoor_rule`` the restarted policy wins less than the episodes' (mean
-      V_pi below the mean return on all 5 seeds). There V_pi is a biased reading, and the "ceiling" below no
-      bound (seed 1's critic scored 0.89 against single returns where it read 0.67).
+      client; default the trainer's, the one that plays the episodes). The rollouts continue the state's own
+      token prefix (the query's ``actor_start``), so ``E[G | s] = V_pi(s)``. Until 2026-12-05 they restarted the
+      policy from a fresh prompt at the state's observation, which on ``keydoor_rule`` won less than the
+      episodes (mean V_pi below the mean return on all 5 seeds): that V_pi was biased low, and its "ceiling"
+      no bound (seed 1's critic scored 0.89 against single returns where it read 0.67).
 
     Returns the correlations ``corr(V_hat, G)`` (the warm-up's own measure), ``corr(V_hat, V_pi)`` and the
     ceiling ``corr(V_pi, G)``, plus the means, the state count and the rollouts' env steps. Why a ceiling: a

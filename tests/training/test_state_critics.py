@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 
 import numpy as np
@@ -18,6 +19,7 @@ from tempo_rl.rollout import ChatRenderer, RolloutSettings
 from tempo_rl.rollout.tool_call import ToolCallParser
 from tempo_rl.training.critics import state_critic
 from tempo_rl.training.tempo import TempoTrainer
+from tempo_rl.training.trainer import UpdateTimer
 
 # ---------------------------------------------------------------------------------------------- config
 
@@ -201,6 +203,46 @@ def test_monte_carlo_clips_penalised_returns_and_needs_a_snapshot() -> None:
         asyncio.run(critic.estimate(CriticQuery(task="t", history=(), initial_observation="o"), 1, sampler))
     with pytest.raises(ValueError, match="rollouts"):
         MonteCarloCritic(critic.chat, critic.pool, critic.parser, critic.settings, rollouts=0)
+
+
+def test_monte_carlo_continues_the_actors_own_prefix_where_the_trainer_gives_it() -> None:
+    """Train game 1: the sign (red) is in room 1, the keys (blue listed first, red) in room 3. From the key room
+    the rollouts that continue the actor's own token prefix still read the sign and all win (the p = 1 actor);
+    rollouts from a fresh prompt at the same snapshot see no sign, take the first listed key and all lose. The
+    trainer's queries carry the prefix, for start states (critic_query) and branch endpoints (endpoint_query)."""
+    cfg = tiny_config("tempo.critic=monte_carlo", "tempo.critic_rollouts=4", "tempo.macro_rounds=2")
+    comps, sampler, _ = scripted_components(cfg, p_right=1.0)
+    critic = state_critic(cfg, comps.chat, pool=comps.pool, restore_branches=comps.restore_branches)
+    assert isinstance(critic, MonteCarloCritic)
+    comps.critic = critic
+    trainer = TempoTrainer(cfg, comps, log=lambda *_: None, write_trajectories=lambda _: None)
+
+    async def values() -> list[list[float]]:
+        starts, _ = await trainer.fresh_starts(1, [cfg.env.train_game(1)])
+        results, _ = await trainer.play(starts, segment_rounds=2, timer=UpdateTimer())
+        branch = results[0][0]
+        assert [a for a, _ in branch.history] == [
+            "go on",
+            "go on",
+        ] and "Keys here: blue, red" in branch.history[-1][1]
+        state = trainer.endpoint_state(starts[0].state, branch, 2)
+        assert state is not None
+        query = trainer.critic_query(state)
+        assert query.actor_start is state and query.snapshot == state.snapshot
+        endpoint = trainer.endpoint_query(starts[0].state, branch)
+        assert endpoint.actor_start is not None and endpoint.actor_start.token_prefix == state.token_prefix
+        fresh = dataclasses.replace(query, actor_start=None)
+        # the reset's snapshot with the key room's start: two states
+        with pytest.raises(ValueError, match="different states"):
+            dataclasses.replace(query, snapshot=starts[0].state.snapshot)
+        with pytest.raises(TypeError, match="RolloutStart"):
+            dataclasses.replace(query, actor_start="the key room")
+        return [(await critic.returns(q, sampler, seed=1)).tolist() for q in (query, endpoint, fresh)]
+
+    own, endpoint, fresh = asyncio.run(values())
+    assert own == endpoint == [1.0] * 4
+    assert fresh == [0.0] * 4
+    assert critic.fresh_prompts == 1 and critic.counters()["critic/mc_fresh_prompts"] == 1.0
 
 
 LOCAL = """

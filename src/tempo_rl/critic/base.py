@@ -2,7 +2,8 @@
 
 A critic answers one :class:`CriticQuery` (a state described as text: task, initial observation, the
 ``(action, observation)`` turns since, optional privileged information and remaining step budget; and, when
-the caller has it, the state's :class:`~tempo_rl.envs.Snapshot`, for critics that restore the state) with
+the caller has it, the state's :class:`~tempo_rl.envs.Snapshot`, for critics that restore the state, and the
+actor's own context there, for critics that play the policy on from it) with
 :class:`CriticEstimates`: ``K`` numbers ``V_1..V_K`` in ``[0, R_max]`` (NaN where a sample could not be read)
 and, for each sample, the exact prompt and sampled tokens so that the trainer can build critic Datums.
 
@@ -21,12 +22,16 @@ import abc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tempo_rl.backends.types import SampledSequence, SamplingClient
 from tempo_rl.critic.parse import ValueStatus, validate_r_max
 from tempo_rl.envs.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from tempo_rl.rollout.branches import RolloutStart
 
 __all__ = [
     "Critic",
@@ -56,7 +61,13 @@ class CriticQuery:
         snapshot: the env state itself (a verified-restore :class:`~tempo_rl.envs.Snapshot`), for critics that
             value the state rather than its text (:class:`~tempo_rl.critic.OracleCritic`,
             :class:`~tempo_rl.critic.MonteCarloCritic`); None when the caller has none (the generative critic
-            never reads it).
+            never reads it). Filled in from ``actor_start`` when only that is given.
+        actor_start: where the actor stood at the state, as a :class:`~tempo_rl.rollout.branches.RolloutStart`
+            (a :class:`~tempo_rl.training.types.StoredState` is one): the snapshot, the turns and the exact token
+            prefix the policy was continuing. :class:`~tempo_rl.critic.MonteCarloCritic` plays its rollouts on
+            from that prefix, so they estimate the value of the policy that reached the state, older turns
+            remembered; without it they start from a fresh prompt rendered from the current observation. None
+            when the caller has no prefix; the other critics never read it.
     """
 
     task: str
@@ -66,9 +77,24 @@ class CriticQuery:
     remaining_steps: int | None = None
     r_max: float = 1.0
     snapshot: Snapshot | None = None
+    actor_start: RolloutStart | None = None
 
     def __post_init__(self) -> None:
         validate_r_max(self.r_max)
+        if self.actor_start is not None:
+            start_snapshot = getattr(self.actor_start, "snapshot", None)
+            if not isinstance(start_snapshot, Snapshot) or not hasattr(self.actor_start, "token_prefix"):
+                raise TypeError(
+                    "CriticQuery.actor_start must be a RolloutStart (a snapshot, a history and a token_prefix, e.g. "
+                    f"a StoredState), got {type(self.actor_start).__name__}"
+                )
+            if self.snapshot is None:
+                object.__setattr__(self, "snapshot", start_snapshot)
+            elif self.snapshot != start_snapshot:
+                raise ValueError(
+                    "CriticQuery.snapshot and CriticQuery.actor_start.snapshot are different states; pass the "
+                    "actor_start alone (its snapshot is used) or the snapshot of the same state"
+                )
         if self.snapshot is not None and not isinstance(self.snapshot, Snapshot):
             raise TypeError(
                 f"CriticQuery.snapshot must be a tempo_rl.envs.Snapshot or None, got {type(self.snapshot).__name__}"

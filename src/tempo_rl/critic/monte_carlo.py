@@ -12,11 +12,14 @@ the trainer's unparsed-endpoint rule applies). The K estimates are K copies of `
 number, so their mean is ``V_hat`` and their spread 0; nothing is sampled for the critic itself, so there is
 nothing to train (no critic Datum).
 
-What the actor sees: the rollouts start from a fresh prompt rendered from the restored state's current
-observation (the opening-prompt format, with the step budget), not from the token prefix that led there. For
-envs whose observation carries the state (knights' board, keydoor's room, keys and steps) that is the
-policy's value at the state; where the policy needs older turns (keydoor's clue before the key room) it
-estimates a policy that has forgotten them.
+What the actor sees: with ``query.actor_start`` (the trainer always fills it in where the state can be
+continued) the rollouts continue the exact token prefix the policy had at the state, as its own branches would,
+so ``V_hat`` estimates the value of the policy that reached the state, older turns remembered (keydoor's clue
+before the key room). Without it, or when that prefix leaves no room for another turn, they start from a fresh
+prompt rendered from the restored state's current observation (the opening-prompt format, with the step
+budget): the value of a policy that has forgotten the turns before. On ``keydoor_rule`` that restarted policy
+won less than the one that played the episodes on all 5 seeds measured (2026-12-05), so a fresh start reads
+the values low where the history matters.
 
 Cost: every rollout is real env steps and sampled tokens; the counters (:attr:`MonteCarloCritic.env_steps`,
 :attr:`sampled_tokens`, :attr:`prompt_tokens`, ...) accumulate over the critic's life; the trainer reads them
@@ -39,7 +42,7 @@ from tempo_rl.backends.types import SamplingClient
 from tempo_rl.critic.base import Critic, CriticEstimates, CriticQuery
 from tempo_rl.critic.oracle import OracleUnavailableError
 from tempo_rl.envs.snapshot import Snapshot
-from tempo_rl.rollout.branches import BranchResult, RolloutSettings, run_branches
+from tempo_rl.rollout.branches import BranchResult, RolloutSettings, RolloutStart, run_branches
 from tempo_rl.rollout.renderer import PromptState
 from tempo_rl.rollout.tool_call import ToolCallParser
 
@@ -93,7 +96,8 @@ class MonteCarloCritic(Critic):
 
     Counters (cumulative, plain ints): ``queries``, ``rollouts_played``, ``env_steps`` (rollout steps),
     ``sample_requests``, ``sampled_tokens`` and ``prompt_tokens`` (the summed prompt length of every sampling
-    request: the prefill the backend processes).
+    request: the prefill the backend processes), ``fresh_prompts`` (queries whose rollouts started from a fresh
+    prompt, not the actor's own prefix: no ``actor_start``, or one with no room left for a turn).
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class MonteCarloCritic(Critic):
         self.sample_requests = 0
         self.sampled_tokens = 0
         self.prompt_tokens = 0
+        self.fresh_prompts = 0
 
     def counters(self) -> dict[str, float]:
         """The cumulative cost counters as ``critic/mc_<name>`` metrics (over this critic object's life; a
@@ -131,6 +136,7 @@ class MonteCarloCritic(Critic):
             "sample_requests",
             "sampled_tokens",
             "prompt_tokens",
+            "fresh_prompts",
         )
         return {f"critic/mc_{name}": float(getattr(self, name)) for name in names}
 
@@ -145,6 +151,16 @@ class MonteCarloCritic(Critic):
             "queries": self.queries,
             "rollouts": self.rollouts_played,
         }
+
+    def rollout_start(self, query: CriticQuery, snapshot: Snapshot) -> RolloutStart:
+        """Where the rollouts start: ``query.actor_start`` (its token prefix continued) when it has room for one
+        more turn of ``max_tokens`` within the trajectory's token budget, else a fresh prompt at ``snapshot``."""
+        start = query.actor_start
+        budget = self.settings.max_trajectory_tokens - self.settings.sampling.max_tokens
+        if start is not None and (not start.token_prefix or len(start.token_prefix) <= budget):
+            return start
+        self.fresh_prompts += 1
+        return _SnapshotStart(snapshot=snapshot, history=tuple((str(a), str(o)) for a, o in query.history))
 
     async def returns(
         self, query: CriticQuery, sampler: SamplingClient, *, seed: int | None = None
@@ -166,7 +182,7 @@ class MonteCarloCritic(Critic):
             settings = dataclasses.replace(
                 settings, sampling=dataclasses.replace(settings.sampling, seed=seed)
             )
-        start = _SnapshotStart(snapshot=snapshot, history=tuple((str(a), str(o)) for a, o in query.history))
+        start = self.rollout_start(query, snapshot)
         try:
             results, stats = await run_branches(
                 [start],

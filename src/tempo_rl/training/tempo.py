@@ -38,6 +38,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from tempo_rl.backends.types import Datum
-from tempo_rl.critic.base import CriticEstimates, endpoint_value
+from tempo_rl.critic.base import CriticEstimates, CriticQuery, endpoint_value
 from tempo_rl.critic.levels import two_hot
 from tempo_rl.envs.restore import snapshot_prefix
 from tempo_rl.rollout.branches import BranchResult
@@ -415,6 +416,13 @@ class TempoTrainer(MacroStepTrainer):
             policy_version=self.state.policy_version,
         )
 
+    def endpoint_query(self, start: StoredState, branch: BranchResult) -> CriticQuery:
+        """The critic's view of ``branch``'s endpoint (:meth:`critic_query`), with the endpoint as the actor's
+        start where it can be continued (:meth:`endpoint_state`), so that a critic that plays the policy on
+        continues the branch's own token prefix."""
+        query = self.critic_query(start, branch)
+        return dataclasses.replace(query, actor_start=self.endpoint_state(start, branch, branch.rounds))
+
     def critic_datums_of(
         self, estimates: Sequence[CriticEstimates], targets: Sequence[float], *, td: bool
     ) -> tuple[list[Datum], float]:
@@ -653,7 +661,7 @@ class TempoTrainer(MacroStepTrainer):
         t = self.config.tempo
         queried = [(i, j) for i, row in enumerate(results) for j, b in enumerate(row) if bootstraps(b, t)]
         with timer.part("sampling"):
-            queries = [self.critic_query(starts[i].state, results[i][j]) for i, j in queried]
+            queries = [self.endpoint_query(starts[i].state, results[i][j]) for i, j in queried]
             estimates = await self.estimate_many(queries, t.endpoint_samples)
         return endpoint_values(results, queried, estimates, t)
 

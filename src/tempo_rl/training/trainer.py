@@ -459,8 +459,10 @@ class MacroStepTrainer(abc.ABC):
 
     def critic_query(self, state: StoredState, branch: BranchResult | None = None) -> CriticQuery:
         """The critic's view of a state (or, given ``branch``, of that branch's endpoint from ``state``): task,
-        initial observation, history, privileged info, step budget, and the state's snapshot (for critics that
-        restore it)."""
+        initial observation, history, privileged info, step budget, the state's snapshot (for critics that
+        restore it) and, for ``state`` itself, the state as the actor's start (for critics that play the policy
+        on from its token prefix; a branch endpoint gets it from
+        :meth:`~tempo_rl.training.tempo.TempoTrainer.endpoint_query`)."""
         history = branch.history if branch is not None else state.history
         round_index = branch.round_index if branch is not None else state.snapshot.round_index
         t = self.config.tempo
@@ -473,6 +475,7 @@ class MacroStepTrainer(abc.ABC):
             remaining_steps=remaining,
             r_max=t.r_max,
             snapshot=branch.snapshot if branch is not None else state.snapshot,
+            actor_start=state if branch is None else None,
         )
 
     async def estimate_many(self, queries: Sequence[CriticQuery], k: int) -> list[CriticEstimates]:
