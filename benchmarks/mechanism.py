@@ -34,7 +34,8 @@ Arms (``ARMS``; knights runs all but the prefix-correction one):
   sampled by older policies, which is where the correction changes anything);
 * ``oracle_flip10`` / ``oracle_flip30``: the oracle with each estimate flipped (V -> R_max - V) with
   probability 0.1 / 0.3;
-* ``mc``: the Monte Carlo critic (VinePPO: the mean return of M = 2 policy rollouts from the restored state);
+* ``mc``: the Monte Carlo critic (VinePPO: the mean return of M = 2 policy rollouts from the restored state,
+  continuing the state's own token prefix since 2026-12-05);
 * ``generative``: TEMPO's own critic (the model prompted for ``<value>``), with its critic warm-up: since
   2026-12-05 on weights of its own (copied from the warm start), offered every round of 4 warm-up updates of 4
   games, each update training every earlier one's examples again (:func:`generative_critic_design`), then TD.
