@@ -76,7 +76,8 @@ With the recovering warm starts (2026-12-04) each ``keydoor_rule`` warm start ta
 times longer); its 6 arms on seeds 0-4 took 47.5 minutes of wall time with ``--jobs 2``, warm starts included,
 and GRPO and oracle on seeds 5-9 27 minutes. Since the generative arm's critic has weights of its own and a
 warm-up of every round (2026-12-05) that arm takes 8-10 minutes a seed, 2-3 of them its value probe, and the 6
-arms on seeds 0-4 took 68 minutes with ``--jobs 2``, warm starts included.
+arms on seeds 0-4 took 63.8 minutes in one invocation with ``--jobs 2``, warm starts included; knights' 6 arms
+about an hour (beside other jobs).
 
 Usage::
 

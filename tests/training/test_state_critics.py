@@ -221,10 +221,8 @@ def test_monte_carlo_continues_the_actors_own_prefix_where_the_trainer_gives_it(
         starts, _ = await trainer.fresh_starts(1, [cfg.env.train_game(1)])
         results, _ = await trainer.play(starts, segment_rounds=2, timer=UpdateTimer())
         branch = results[0][0]
-        assert [a for a, _ in branch.history] == [
-            "go on",
-            "go on",
-        ] and "Keys here: blue, red" in branch.history[-1][1]
+        assert [a for a, _ in branch.history] == ["go on", "go on"]
+        assert "Keys here: blue, red" in branch.history[-1][1]
         state = trainer.endpoint_state(starts[0].state, branch, 2)
         assert state is not None
         query = trainer.critic_query(state)
