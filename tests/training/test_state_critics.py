@@ -209,7 +209,8 @@ def test_monte_carlo_continues_the_actors_own_prefix_where_the_trainer_gives_it(
     """Train game 1: the sign (red) is in room 1, the keys (blue listed first, red) in room 3. From the key room
     the rollouts that continue the actor's own token prefix still read the sign and all win (the p = 1 actor);
     rollouts from a fresh prompt at the same snapshot see no sign, take the first listed key and all lose. The
-    trainer's queries carry the prefix, for start states (critic_query) and branch endpoints (endpoint_query)."""
+    trainer's queries carry the prefix, for start states (critic_query) and branch endpoints (endpoint_states,
+    endpoint_query)."""
     cfg = tiny_config("tempo.critic=monte_carlo", "tempo.critic_rollouts=4", "tempo.macro_rounds=2")
     comps, sampler, _ = scripted_components(cfg, p_right=1.0)
     critic = state_critic(cfg, comps.chat, pool=comps.pool, restore_branches=comps.restore_branches)
@@ -227,8 +228,9 @@ def test_monte_carlo_continues_the_actors_own_prefix_where_the_trainer_gives_it(
         assert state is not None
         query = trainer.critic_query(state)
         assert query.actor_start is state and query.snapshot == state.snapshot
-        endpoint = trainer.endpoint_query(starts[0].state, branch)
-        assert endpoint.actor_start is not None and endpoint.actor_start.token_prefix == state.token_prefix
+        assert trainer.endpoint_states(starts, results) == {(0, 0): state}
+        endpoint = trainer.endpoint_query(starts[0].state, branch, state)
+        assert endpoint.actor_start is state and endpoint.snapshot == state.snapshot
         fresh = dataclasses.replace(query, actor_start=None)
         # the reset's snapshot with the key room's start: two states
         with pytest.raises(ValueError, match="different states"):

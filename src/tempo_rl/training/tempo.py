@@ -416,12 +416,27 @@ class TempoTrainer(MacroStepTrainer):
             policy_version=self.state.policy_version,
         )
 
-    def endpoint_query(self, start: StoredState, branch: BranchResult) -> CriticQuery:
-        """The critic's view of ``branch``'s endpoint (:meth:`critic_query`), with the endpoint as the actor's
-        start where it can be continued (:meth:`endpoint_state`), so that a critic that plays the policy on
-        continues the branch's own token prefix."""
-        query = self.critic_query(start, branch)
-        return dataclasses.replace(query, actor_start=self.endpoint_state(start, branch, branch.rounds))
+    def endpoint_states(
+        self, starts: Sequence[StartState], results: Sequence[Sequence[BranchResult]]
+    ) -> dict[tuple[int, int], StoredState]:
+        """The endpoint of branch ``j`` of start ``i`` as a state, keyed ``(i, j)``, for every endpoint that can
+        be continued (:meth:`endpoint_state`: a macro boundary before T with room for another turn). Built once
+        per TD update: the critic's queries start from them and the store keeps them."""
+        ends = (
+            ((i, j), self.endpoint_state(starts[i].state, b, b.rounds))
+            for i, row in enumerate(results)
+            for j, b in enumerate(row)
+            if b.end_reason == "macro_boundary"
+        )
+        return {key: state for key, state in ends if state is not None}
+
+    def endpoint_query(
+        self, start: StoredState, branch: BranchResult, end: StoredState | None
+    ) -> CriticQuery:
+        """The critic's view of ``branch``'s endpoint (:meth:`critic_query`), with ``end``, the endpoint as a
+        state (:meth:`endpoint_states`; None where it cannot be continued), as the actor's start, so that a
+        critic that plays the policy on continues the branch's own token prefix."""
+        return dataclasses.replace(self.critic_query(start, branch), actor_start=end)
 
     def critic_datums_of(
         self, estimates: Sequence[CriticEstimates], targets: Sequence[float], *, td: bool
@@ -602,7 +617,8 @@ class TempoTrainer(MacroStepTrainer):
         with timer.part("restore"):
             starts, divergences = await self.td_starts()
         results, rstats = await self.play(starts, segment_rounds=t.macro_rounds, timer=timer)
-        endpoints = await self.value_endpoints(starts, results, timer)
+        ends = self.endpoint_states(starts, results)  # sampled by the version before the step
+        endpoints = await self.value_endpoints(starts, results, ends, timer)
         batch = td_batch(endpoints.segment_rewards, endpoints.values, endpoints.bootstrap, endpoints.mask)
         correction, prefix = await self.td_prefix_weights(starts, timer)
         critic_idx = np.flatnonzero(batch.mask.any(axis=1)).tolist()
@@ -613,7 +629,7 @@ class TempoTrainer(MacroStepTrainer):
         actor_advantages = correction.apply(batch.advantages, prefix)
         actor, kl_metrics = await self.td_actor_datums(results, batch, actor_advantages, timer)
         critic, critic_degenerate = self.critic_datums_of(start_estimates, targets, td=True)
-        new_states = self.td_endpoint_states(starts, results, batch)  # sampled by the version before the step
+        new_states = [state for (i, j), state in ends.items() if batch.mask[i, j]]
         metrics = {**critic_metrics(start_estimates, targets), **self.train_step([*actor, *critic], timer)}
         with timer.part("store"):
             added = sum(1 for s in new_states if self.c.store.add(s))
@@ -655,27 +671,22 @@ class TempoTrainer(MacroStepTrainer):
         return critic_records(estimates, targets, self.config.tempo, centred=centred, weight=weight)
 
     async def value_endpoints(
-        self, starts: Sequence[StartState], results: Sequence[Sequence[BranchResult]], timer: UpdateTimer
+        self,
+        starts: Sequence[StartState],
+        results: Sequence[Sequence[BranchResult]],
+        ends: Mapping[tuple[int, int], StoredState],
+        timer: UpdateTimer,
     ) -> EndpointValues:
-        """E critic samples on every bootstrapped endpoint (see :func:`bootstraps`), as :class:`EndpointValues`."""
+        """E critic samples on every bootstrapped endpoint (see :func:`bootstraps`), as :class:`EndpointValues`;
+        ``ends`` are the endpoints as states (:meth:`endpoint_states`)."""
         t = self.config.tempo
         queried = [(i, j) for i, row in enumerate(results) for j, b in enumerate(row) if bootstraps(b, t)]
         with timer.part("sampling"):
-            queries = [self.endpoint_query(starts[i].state, results[i][j]) for i, j in queried]
+            queries = [
+                self.endpoint_query(starts[i].state, results[i][j], ends.get((i, j))) for i, j in queried
+            ]
             estimates = await self.estimate_many(queries, t.endpoint_samples)
         return endpoint_values(results, queried, estimates, t)
-
-    def td_endpoint_states(
-        self, starts: Sequence[StartState], results: Sequence[Sequence[BranchResult]], batch: TDBatch
-    ) -> list[StoredState]:
-        """The kept macro-boundary endpoints that can be continued, as children of their starts."""
-        states = (
-            self.endpoint_state(starts[i].state, b, b.rounds)
-            for i, row in enumerate(results)
-            for j, b in enumerate(row)
-            if b.end_reason == "macro_boundary" and batch.mask[i, j]
-        )
-        return [s for s in states if s is not None]
 
     def td_store_metrics(
         self, starts: Sequence[StartState], added: int, divergences: int
