@@ -171,7 +171,11 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Pa
     pytest.importorskip("matplotlib", reason="the benchmark plots with matplotlib")
     out = tmp_path / "mechanism"
     work = tmp_path / "work"
-    line = run_benchmark("mechanism.py", "--quick", "--out", str(out), "--work", str(work), timeout=400)
+    # two processes: each arm run is submitted once its warm start is done (the cached rerun below, in one
+    # process, must read the same figures)
+    line = run_benchmark(
+        "mechanism.py", "--quick", "--jobs", "2", "--out", str(out), "--work", str(work), timeout=400
+    )
     arms = mech.QUICK_ENVS["keydoor"].arms
     assert line["benchmark"] == "mechanism" and line["seeds"] == 1
     for arm in arms:
@@ -223,6 +227,24 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Pa
     assert {k: v for k, v in again.items() if k not in keep} == {
         k: v for k, v in line.items() if k not in keep
     }
+
+
+def test_the_default_plan_and_the_order_its_arm_runs_are_submitted_in() -> None:
+    """The default plan fits the 2-hour bar: ``keydoor_rule`` with every arm (prefix correction included: its
+    stored states are restored with older policies' prefixes), knights without the flipped oracles (its oracle is
+    1 almost everywhere); ``keydoor`` with the sign only on request. The generative arm, the longest, goes first."""
+    assert mech.FULL.envs == ("keydoor_rule", "knights")
+    assert mech.ENVS["keydoor_rule"].arms == tuple(mech.ARMS)
+    assert mech.ENVS["knights"].arms == ("grpo", "oracle", "mc", "generative")
+    assert "oracle_pc" in mech.ENVS["keydoor"].arms
+    tasks = [("knights", 3, a) for a in mech.ENVS["knights"].arms]
+    assert mech.longest_first(tasks) == [
+        ("knights", 3, "generative"),
+        ("knights", 3, "grpo"),
+        ("knights", 3, "oracle"),
+        ("knights", 3, "mc"),
+    ]
+    assert mech.longest_first([]) == []
 
 
 def test_pearson_by_hand_and_undefined_for_a_constant() -> None:
