@@ -7,7 +7,8 @@ weights for every arm, so arms compare pairwise per seed), on the local backend,
 budget of environment steps (``cost/env_steps``: every action sent to an env by training rollouts, the Monte
 Carlo critic's rollouts and the generative critic's warm-up episodes included; evaluation is not counted).
 
-Envs (``ENVS``):
+Envs (``ENVS``; the default plan, ``FULL.envs``, runs ``keydoor_rule`` and ``knights``, and ``--envs keydoor``
+the signed corridor):
 
 * ``keydoor``: T = 48 rounds, H = 8 (6 macro-steps), 2 keys of 2 colours. Each key room repeats its sign
   (``clue_at_key``) so the choice needs no memory, but its consequence shows only later: the first lock is 8
@@ -26,12 +27,13 @@ reset-state walkthrough, which stops a demo at the first slip it cannot answer, 
 1,280 demos (seeds 0-4) never showed a lock opened, and the warm-started actors answered locks with ``go on``
 (``benchmarks/warmstart_demos.py``; ``docs/results.md``).
 
-Arms (``ARMS``; knights runs all but the prefix-correction one):
+Arms (``ARMS``; ``keydoor`` and ``keydoor_rule`` run all 7, knights GRPO, the oracle, Monte Carlo and the
+generative critic: its oracle is 1 from almost every state, so a noisy oracle has nothing to degrade):
 
 * ``grpo``: full episodes, group-centred returns, no critic;
 * ``oracle``: TEMPO with the env's exact value V* (``tempo.critic = "oracle"``), prefix correction off;
-* ``oracle_pc``: the same with the clipped prefix correction (keydoor: stored states are restored with prefixes
-  sampled by older policies, which is where the correction changes anything);
+* ``oracle_pc``: the same with the clipped prefix correction (the corridors: stored states are restored with
+  prefixes sampled by older policies, which is where the correction changes anything);
 * ``oracle_flip10`` / ``oracle_flip30``: the oracle with each estimate flipped (V -> R_max - V) with
   probability 0.1 / 0.3;
 * ``mc``: the Monte Carlo critic (VinePPO: the mean return of M = 2 policy rollouts from the restored state,
