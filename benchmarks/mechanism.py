@@ -80,7 +80,8 @@ times longer); its 6 arms on seeds 0-4 took 47.5 minutes of wall time with ``--j
 and GRPO and oracle on seeds 5-9 27 minutes. Since the generative arm's critic has weights of its own and a
 warm-up of every round (2026-12-05) that arm takes 8-10 minutes a seed, 2-3 of them its value probe, and the 6
 arms on seeds 0-4 took 63.8 minutes in one invocation with ``--jobs 2``, warm starts included; knights' 6 arms
-about an hour (beside other jobs).
+about an hour (beside other jobs). The default plan of 2026-12-05 (``keydoor_rule``'s 7 arms, knights' 4, seeds
+0-4; ``python benchmarks/mechanism.py --jobs 2``, uncached, idle machine) took 5,369 s (89.5 minutes).
 
 Usage::
 
