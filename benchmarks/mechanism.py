@@ -849,9 +849,9 @@ def probe_figures(
 
 
 def longest_first(tasks: Sequence[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
-    """The arm runs of one warm start in the order ``--jobs`` submits them: the generative arm (its warm-up and
-    value probe make it 3-6x longer than any other arm, ``docs/results.md``) first, the rest in plan order, so a
-    long run does not start last and leave the other processes idle at the end."""
+    """The arm runs of one warm start in the order ``--jobs`` submits them: the generative arm first (its warm-up
+    and value probe made it 2.5-7.5x longer than any other arm of its env on 2026-12-05, ``docs/results.md``),
+    the rest in plan order, so a long run does not start last and leave the other processes idle at the end."""
     return sorted(tasks, key=lambda t: t[2] != "generative")
 
 
