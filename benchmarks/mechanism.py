@@ -726,7 +726,12 @@ def value_probe(
     with the current policy; every macro-step boundary strictly inside an episode (rounds H, 2H, ...) is a probe
     state s with its single Monte Carlo return ``G(s)`` (the target the warm-up trains on). For each one:
 
-    * ``V_hat(s)``: the generative critic's value (the mean of its K estimates);
+    * ``V_hat(s)``: the generative critic's value, the one TD bootstraps from
+      (:func:`~tempo_rl.critic.endpoint_value`): its exact expectation over the answer grid with
+      ``sampling.critic_answer = "expected"`` (the generative arm's), else the mean of its K parsed samples.
+      Until 2026-12-05 (fourth stop) the probe read the mean of the K = 4 draws from that grid, a value in
+      steps of 1/4 whose draw noise the critic's TD never sees: on seed 0 of ``keydoor_rule`` it read
+      ``corr(V_hat, G)`` as 0.66 where the critic's own values score higher (``docs/results.md``);
     * ``V_pi(s)``: the policy's value, the mean return of ``rollouts`` = M rollouts from the restored state
       (:class:`~tempo_rl.critic.MonteCarloCritic`, VinePPO's estimator), played by ``policy`` (a sampling
       client; default the trainer's, the one that plays the episodes). The rollouts continue the state's own
@@ -758,7 +763,7 @@ def value_probe(
     import asyncio
     import copy
 
-    from tempo_rl.critic import MonteCarloCritic
+    from tempo_rl.critic import MonteCarloCritic, endpoint_value
     from tempo_rl.signals import monte_carlo_returns
     from tempo_rl.training.critics import state_critic
     from tempo_rl.training.trainer import UpdateTimer
@@ -795,7 +800,7 @@ def value_probe(
             *(mc.returns(q, policy or trainer.c.sampler, seed=i) for i, q in enumerate(queries))
         )
         return (
-            [float(np.mean(e.values)) for e in estimates],
+            [endpoint_value(e) for e in estimates],
             returns,
             [r[np.isfinite(r)] for r in rollouts_of],
         )

@@ -279,6 +279,39 @@ def test_probe_figures_by_hand_with_the_rollouts_noise_undone() -> None:
     assert single["vpi_noise_share"] is None and single["ceiling_vpi_return_corrected"] is None
 
 
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_value_probe_reads_the_critics_own_value_not_the_mean_of_its_draws(tmp_path: Path) -> None:
+    """The probe scores the value TD bootstraps from: with ``critic_answer = "expected"`` the critic's exact
+    expectation over its answers, not the mean of its K draws (in steps of 1/K, with their sampling noise)."""
+    pytest.importorskip("torch", reason="the probe plays episodes on the local backend (torch)")
+    from tempo_rl.critic import CriticEstimates
+    from tempo_rl.training.run import build_trainer
+
+    env, scale = mech.QUICK_ENVS["keydoor"], mech.QUICK
+    tok_dir = mech.build_env_tokenizer(env, scale, tmp_path)
+    cfg = mech.make_config(env, scale, 0, "generative", tmp_path / "run", tok_dir)
+    assert cfg.sampling.critic_answer == "expected"
+    trainer = build_trainer(cfg, tmp_path / "run")
+    asked: list[int] = []
+
+    async def estimate_many(queries, k):  # every draw says 1; the exact value is 0.2 at state i = 0, 0.3 at 1...
+        asked.append(len(queries))
+        return [
+            CriticEstimates(values=np.ones(k), samples=(), expectation=0.2 + 0.1 * (i % 3))
+            for i in range(len(queries))
+        ]
+
+    trainer.estimate_many = estimate_many
+    try:
+        probe = mech.value_probe(trainer, games=1, rollouts=1, aside=True)
+    finally:
+        mech._close(trainer)
+    n = asked[0]
+    assert probe["states"] == n > 0
+    assert probe["mean_v"] == pytest.approx(float(np.mean([0.2 + 0.1 * (i % 3) for i in range(n)])))
+
+
 def test_keydoor_rule_rewards_blue_keys_and_demonstrates_random_ones(tmp_path: Path) -> None:
     """keydoor_rule: both locks need the blue key in every RL and evaluation game, the warm start's demos come
     from games whose locks are drawn apart from their signs, and every arm evaluates at the same temperature."""
