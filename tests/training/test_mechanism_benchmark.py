@@ -295,7 +295,8 @@ def test_the_value_probe_reads_the_critics_own_value_not_the_mean_of_its_draws(t
     trainer = build_trainer(cfg, tmp_path / "run")
     asked: list[int] = []
 
-    async def estimate_many(queries, k):  # every draw says 1; the exact value is 0.2 at state i = 0, 0.3 at 1...
+    # every draw says 1; the exact value is 0.2 at state i = 0, 0.3 at 1, 0.4 at 2, 0.2 at 3...
+    async def estimate_many(queries, k):
         asked.append(len(queries))
         return [
             CriticEstimates(values=np.ones(k), samples=(), expectation=0.2 + 0.1 * (i % 3))
