@@ -41,8 +41,9 @@ generative critic: its oracle is 1 from almost every state, so a noisy oracle ha
 * ``generative``: TEMPO's own critic (the model prompted for ``<value>``), with its critic warm-up: since
   2026-12-05 on weights of its own (copied from the warm start), offered every round of 4 warm-up updates of 4
   games, each update training every earlier one's examples again (:func:`generative_critic_design`), then TD.
-  After the warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the critic on 8
-  held-out games' states against their single returns and against the policy's values V_pi (8 rollouts each).
+  After the warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the critic's own
+  values (the ones TD bootstraps from) on 8 held-out games' states against their single returns and against
+  the policy's values V_pi (8 rollouts each).
 
 Reported, per env and arm, over seeds (mean and standard error, SE = sd / sqrt(n)): greedy-ish eval success
 (``sampling.eval_temperature``) at the budget, the success AUC (mean success over 41 evenly spaced env-step
@@ -81,7 +82,8 @@ and GRPO and oracle on seeds 5-9 27 minutes. Since the generative arm's critic h
 warm-up of every round (2026-12-05) that arm takes 8-10 minutes a seed, 2-3 of them its value probe, and the 6
 arms on seeds 0-4 took 63.8 minutes in one invocation with ``--jobs 2``, warm starts included; knights' 6 arms
 about an hour (beside other jobs). The default plan of 2026-12-05 (``keydoor_rule``'s 7 arms, knights' 4, seeds
-0-4; ``python benchmarks/mechanism.py --jobs 2``, uncached, idle machine) took 5,369 s (89.5 minutes).
+0-4; ``python benchmarks/mechanism.py --jobs 2``, uncached, idle machine) took 5,369 s (89.5 minutes), and
+5,408 s (90.1 minutes) when run again on its fourth stop.
 
 Usage::
 
@@ -730,8 +732,9 @@ def value_probe(
       (:func:`~tempo_rl.critic.endpoint_value`): its exact expectation over the answer grid with
       ``sampling.critic_answer = "expected"`` (the generative arm's), else the mean of its K parsed samples.
       Until 2026-12-05 (fourth stop) the probe read the mean of the K = 4 draws from that grid, a value in
-      steps of 1/4 whose draw noise the critic's TD never sees: on seed 0 of ``keydoor_rule`` it read
-      ``corr(V_hat, G)`` as 0.66 where the critic's own values score higher (``docs/results.md``);
+      steps of 1/4 whose draw noise the critic's TD never sees: on seed 0 of ``keydoor_rule`` that read
+      ``corr(V_hat, G)`` as 0.66 and ``corr(V_hat, V_pi)`` as 0.83, where the critic's own values score 0.80
+      and 0.93 on the same states (``docs/results.md``);
     * ``V_pi(s)``: the policy's value, the mean return of ``rollouts`` = M rollouts from the restored state
       (:class:`~tempo_rl.critic.MonteCarloCritic`, VinePPO's estimator), played by ``policy`` (a sampling
       client; default the trainer's, the one that plays the episodes). The rollouts continue the state's own
