@@ -1,0 +1,91 @@
+"""``benchmarks/warmup_probe.py``: its env overrides, its summary by hand, its errors, and a smoke run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from benchmark_runs import load_benchmark, run_benchmark
+
+probe = load_benchmark("warmup_probe")
+mech = load_benchmark("mechanism")
+
+
+def test_spread_is_min_median_max_of_the_defined_seeds() -> None:
+    assert probe.spread([0.5, None, 0.1, 0.9, 0.3]) == {
+        "min": 0.1,
+        "median": 0.4,  # of 0.1, 0.3, 0.5, 0.9
+        "max": 0.9,
+        "undefined": 1,
+    }
+    assert probe.spread([None, None]) == {"min": None, "median": None, "max": None, "undefined": 2}
+
+
+def test_env_setting_overrides_only_what_it_is_given() -> None:
+    base = mech.ENVS["knights"]
+    same = probe.env_setting("knights", False, {})
+    assert (same.kwargs, same.max_rounds, same.macro_rounds, same.demo_episodes) == (
+        base.kwargs,
+        base.max_rounds,
+        base.macro_rounds,
+        base.demo_episodes,
+    )
+    changed = probe.env_setting("knights", False, {"feedback": "immediate"}, 24, 2, 512)
+    assert changed.kwargs == {**base.kwargs, "feedback": "immediate"}
+    assert (changed.max_rounds, changed.macro_rounds, changed.demo_episodes) == (24, 2, 512)
+    assert changed.arms == base.arms and changed.eval_temperature == base.eval_temperature
+    assert mech.ENVS["knights"].kwargs["feedback"] == "final"  # the benchmark's own table is untouched
+    assert probe.env_setting("knights", True, {}).kwargs == mech.QUICK_ENVS["knights"].kwargs
+    with pytest.raises(SystemExit, match="unknown env 'chess'"):
+        probe.env_setting("chess", False, {})
+
+
+def test_the_arm_config_changes_only_the_temperature_and_the_warm_up_length(tmp_path: Path) -> None:
+    env, scale = mech.ENVS["knights"], mech.FULL
+    arm = mech.make_config(env, scale, 3, "generative", tmp_path / "run", tmp_path / "tok")
+    assert probe.arm_config(env, scale, 3, tmp_path / "run", tmp_path / "tok") == arm
+    cool = probe.arm_config(env, scale, 3, tmp_path / "run", tmp_path / "tok", 0.5)
+    assert cool.sampling.temperature == 0.5 and arm.sampling.temperature == 1.0
+    assert cool.model_dump(exclude={"sampling"}) == arm.model_dump(exclude={"sampling"})
+    assert cool.sampling.model_dump(exclude={"temperature"}) == arm.sampling.model_dump(
+        exclude={"temperature"}
+    )
+    longer = probe.arm_config(env, scale, 3, tmp_path / "run", tmp_path / "tok", warmup_updates=16)
+    assert longer.tempo.warmup_updates == 16 and arm.tempo.warmup_updates == scale.warmup_updates
+    assert longer.model_dump(exclude={"tempo"}) == arm.model_dump(exclude={"tempo"})
+    assert longer.tempo.model_dump(exclude={"warmup_updates"}) == arm.tempo.model_dump(
+        exclude={"warmup_updates"}
+    )
+
+
+def test_a_set_without_json_names_the_fix() -> None:
+    for bad in ("max_steps", "feedback=final", "=3"):
+        with pytest.raises(SystemExit, match="expected KEY=JSON"):
+            probe.main(["--set", bad, "--work", "unused"])
+
+
+def test_quick_run_prints_the_warm_up_and_the_probe(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="the warm-up trains the local backend's model (torch)")
+    figures = run_benchmark(
+        "warmup_probe.py",
+        "--quick",
+        "--work",
+        str(tmp_path),
+        "--set",
+        "max_steps=6",
+        "--temperature",
+        "0.7",
+        "--warmup-updates",
+        "2",
+    )
+    assert figures["benchmark"] == "warmup_probe" and figures["env"] == "knights"
+    assert figures["kwargs"]["max_steps"] == 6 and figures["temperature"] == 0.7
+    row = figures["seed0"]
+    assert 0.0 <= row["warm_start"]["success"] <= 1.0
+    warmup = row["warmup"]
+    assert figures["warmup_updates"] == 2
+    assert len(warmup["success_rate"]) == len(warmup["value_corr"]) == len(warmup["env_steps"]) == 2
+    assert 0 < warmup["env_steps"][0] < warmup["env_steps"][1]  # cumulative: every update plays games
+    assert row["probe"]["states"] > 0 and row["probe"]["rollout_env_steps"] > 0
+    for key in probe.PROBE_KEYS:
+        assert set(figures[key]) == {"min", "median", "max", "undefined"}
