@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import functools
 import json
+import shutil
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
@@ -120,6 +121,9 @@ def probe_seed(
     warm = mechanism.warm_start_task(env, scale, seed, work, tok_dir)
     tag = f"T{env.max_rounds}-H{env.macro_rounds}-t{temperature}-w{warmup_updates}"
     run_dir = work / f"{env.name}-seed{seed}-warmup-probe-{tag}-{warm['key']}"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an earlier or interrupted run: start over (as the benchmark's arms)
+    run_dir.mkdir(parents=True)
     cfg = arm_config(env, scale, seed, run_dir, tok_dir, temperature, warmup_updates)
     last: dict[str, float] = {}
 

@@ -66,18 +66,8 @@ def test_a_set_without_json_names_the_fix() -> None:
 
 def test_quick_run_prints_the_warm_up_and_the_probe(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the warm-up trains the local backend's model (torch)")
-    figures = run_benchmark(
-        "warmup_probe.py",
-        "--quick",
-        "--work",
-        str(tmp_path),
-        "--set",
-        "max_steps=6",
-        "--temperature",
-        "0.7",
-        "--warmup-updates",
-        "2",
-    )
+    args = ("--quick", "--work", str(tmp_path), "--set", "max_steps=6", "--temperature", "0.7")
+    figures = run_benchmark("warmup_probe.py", *args, "--warmup-updates", "2")
     assert figures["benchmark"] == "warmup_probe" and figures["env"] == "knights"
     assert figures["kwargs"]["max_steps"] == 6 and figures["temperature"] == 0.7
     row = figures["seed0"]
@@ -89,3 +79,6 @@ def test_quick_run_prints_the_warm_up_and_the_probe(tmp_path: Path) -> None:
     assert row["probe"]["states"] > 0 and row["probe"]["rollout_env_steps"] > 0
     for key in probe.PROBE_KEYS:
         assert set(figures[key]) == {"min", "median", "max", "undefined"}
+    # the same command again, over the first run's folders: the same figures (a run is repeatable)
+    again = run_benchmark("warmup_probe.py", *args, "--warmup-updates", "2")
+    assert again == figures
