@@ -29,7 +29,7 @@ Measured 2026-12-05 (fifth stop) on knights: ``docs/results.md``, "knights' desi
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2      # the benchmark's knights
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2 \
         --temperature 0.5 --demo-episodes 512 --macro-rounds 2                      # a cooler, better-taught actor
-    python benchmarks/warmup_probe.py --quick                                       # a smoke run (about a minute)
+    python benchmarks/warmup_probe.py --quick                                       # a smoke run (seconds)
 """
 
 from __future__ import annotations
@@ -88,19 +88,19 @@ def arm_config(
     warmup_updates: int | None = None,
 ) -> Any:
     """The benchmark's generative arm config (:func:`mechanism.make_config`), the actor sampling at
-    ``temperature`` and the critic warmed up for ``warmup_updates`` updates where given."""
+    ``temperature`` and the critic warmed up for ``warmup_updates`` updates where given; validated again, so a
+    bad value fails with the config's own error (:class:`~tempo_rl.training.config.ConfigError`)."""
     import mechanism
 
+    from tempo_rl.training.config import validate_config
+
     cfg = mechanism.make_config(env, scale, seed, "generative", run_dir, tok_dir)
+    data = cfg.model_dump()
     if temperature is not None:
-        cfg = cfg.model_copy(
-            update={"sampling": cfg.sampling.model_copy(update={"temperature": temperature})}
-        )
+        data["sampling"]["temperature"] = temperature
     if warmup_updates is not None:
-        cfg = cfg.model_copy(
-            update={"tempo": cfg.tempo.model_copy(update={"warmup_updates": warmup_updates})}
-        )
-    return cfg
+        data["tempo"]["warmup_updates"] = warmup_updates
+    return validate_config(data)
 
 
 def probe_seed(

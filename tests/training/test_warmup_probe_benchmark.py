@@ -58,6 +58,16 @@ def test_the_arm_config_changes_only_the_temperature_and_the_warm_up_length(tmp_
     )
 
 
+def test_a_bad_temperature_or_warm_up_length_fails_with_the_configs_error(tmp_path: Path) -> None:
+    from tempo_rl.training.config import ConfigError
+
+    env, scale = mech.ENVS["knights"], mech.FULL
+    with pytest.raises(ConfigError, match=r"sampling\.temperature"):
+        probe.arm_config(env, scale, 0, tmp_path / "run", tmp_path / "tok", temperature=0.0)
+    with pytest.raises(ConfigError, match=r"tempo\.warmup_updates"):
+        probe.arm_config(env, scale, 0, tmp_path / "run", tmp_path / "tok", warmup_updates=-1)
+
+
 def test_a_set_without_json_names_the_fix() -> None:
     for bad in ("max_steps", "feedback=final", "=3"):
         with pytest.raises(SystemExit, match="expected KEY=JSON"):
