@@ -89,15 +89,18 @@ def test_knights_privileged_info_never_in_observations():
         obs = env.reset(seed)
         info = env.privileged_info() or ""
         assert "knight" in info and "One solution" in info
-        texts = [obs.text]
+        observations = [obs]
         rng = random.Random(seed)
         while not env.done:
-            texts.append(
-                env.step(rng.choice(env.last_observation.admissible_actions or ("x",))).observation.text
+            observations.append(
+                env.step(rng.choice(env.last_observation.admissible_actions or ("x",))).observation
             )
-        for text in texts:
+        for o in observations:
+            text = o.text
             assert "knight" not in text.lower() and "solution" not in text.lower() and "colour" not in text
             assert len(text.split()) <= 60
+            # the critic-only conflict note never leaks into the text
+            assert o.privileged_state is not None and o.privileged_state not in text
 
 
 def test_knights_bad_arguments():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -28,6 +29,7 @@ def test_round_trip_and_reopen_keep_every_field_and_the_order(tmp_path: Path) ->
     states = [
         state(range(i, i + 300), game=f"g{i % 2}", version=i, actions=["look"] * (i + 1)) for i in range(4)
     ]
+    states[1] = dataclasses.replace(states[1], privileged_state="Pieces a1 b3 conflict.")
     with StateStore(path) as store:
         assert store.add_many(states) == [True] * 4
         assert store.add(states[0]) is False  # duplicate id
@@ -314,6 +316,7 @@ def test_records_of_earlier_stores_keep_their_prompt_window_and_spans() -> None:
         },
     }
     old = _decode_payload("old", (1, 2, 3), record)
+    assert old.privileged_state is None  # written before states carried one
     assert old.prompt is not None and old.prompt.head == 1 and old.prompt.messages[0]["content"] == "hi"
     assert old.spans is not None and [s.to_json() for s in old.spans] == [[1, 3, 2, -1.0]]
     assert old.history == (("look", "you did look"),)

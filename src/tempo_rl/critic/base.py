@@ -56,6 +56,9 @@ class CriticQuery:
         history: the ``(action, observation)`` turns after the initial observation, oldest first.
         initial_observation: the observation returned by ``reset``.
         privileged_info: critic-only text (e.g. an expert walkthrough); never shown to the actor.
+        privileged_state: critic-only text about the current state (the env's
+            :attr:`~tempo_rl.envs.Observation.privileged_state`, e.g. which pieces conflict now); shown after
+            the interaction.
         remaining_steps: env steps left before the episode limit T, when the trainer shows the budget.
         r_max: the largest possible return from any state (R_max > 0); values live in ``[0, r_max]``.
         snapshot: the env state itself (a verified-restore :class:`~tempo_rl.envs.Snapshot`), for critics that
@@ -74,6 +77,7 @@ class CriticQuery:
     history: Sequence[Turn]
     initial_observation: str
     privileged_info: str | None = None
+    privileged_state: str | None = None
     remaining_steps: int | None = None
     r_max: float = 1.0
     snapshot: Snapshot | None = None

@@ -103,5 +103,7 @@ def build_critic_messages(
         "Interaction so far:\n"
         + condense_history(query.initial_observation, query.history, omitted, max_observation_chars)
     )
+    if query.privileged_state:
+        parts.append(f"Now (hidden from the agent): {query.privileged_state}")
     parts.append(f"Estimate the value of the current state (0 to {r_max_text}); end with <value>x</value>.")
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]

@@ -14,8 +14,12 @@ An adapter author subclasses :class:`ReplayableEnv`.
 
 **Override in SOME subclasses:**
 
-* ``privileged_info() -> str | None``: critic-only text (an expert walkthrough, hidden rules, game source).
-  It is never put in an actor prompt.
+* ``privileged_info() -> str | None``: critic-only text about the episode (an expert walkthrough, hidden
+  rules, game source), read once at reset. It is never put in an actor prompt.
+* ``Observation.privileged_state``: critic-only text about the state an observation shows (what the env's
+  hidden rule makes of it now: knights names the pieces that conflict). The critic reads it at that state,
+  after the interaction; it is never put in an actor prompt. Give it when the value turns on a relation the
+  observation hides (measured on knights, ``docs/results.md``).
 * ``fork() -> ReplayableEnv``: an exact, independent native copy of the live state (``supports_fork`` must
   then return True). Restoring through ``fork`` costs O(1) in the episode length instead of O(depth).
 * ``walkthrough() -> tuple[str, ...] | None``: an expert action sequence from the reset state (warm starts).
@@ -74,11 +78,15 @@ class Observation:
             it does not). Order is meaningful (it is shown to the actor) and must be deterministic.
         info: free-form diagnostics (JSON-serialisable values preferred). Not shown to the actor unless an
             adapter's prompt builder chooses to. The key ``"task"`` by convention carries the task sentence.
+        privileged_state: critic-only text about this state (None: nothing to add). The trainer keeps it with
+            the state and shows it to the critic there, after the interaction; never shown to the actor, and
+            not part of the replay check (the text and the admissible actions are).
     """
 
     text: str
     admissible_actions: tuple[str, ...] | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
+    privileged_state: str | None = None
 
 
 def check_steps_left(steps_left: int) -> int:

@@ -16,7 +16,9 @@ cannot move). Any other text is refused with feedback, never an exception; a ref
 Reward 1 and ``terminated=True`` when ``place`` non-conflicting pieces have been added; ``truncated=True``
 with
 reward 0 after ``max_steps`` steps. Instances are seeded and guaranteed solvable (a solution is found by
-depth-first search when the instance is generated). Privileged info: the rule and one solution.
+depth-first search when the instance is generated). Privileged info: the rule and one solution; every
+observation's :attr:`~tempo_rl.envs.Observation.privileged_state` (critic-only) names the pairs of pieces that
+conflict now (``"Pieces b1 c3 conflict."``) or says ``"No two pieces conflict."``.
 """
 
 from __future__ import annotations
@@ -169,7 +171,19 @@ class KnightsEnv(ReplayableEnv):
             text=" ".join(parts),
             admissible_actions=None if self._done else self._admissible(),
             info={"task": self.task(), "placed": len(self._placed), "steps_left": steps_left},
+            privileged_state=self._conflict_note(),
         )
+
+    def conflicting_pairs(self) -> list[tuple[Square, Square]]:
+        """The pairs of pieces on the board (fixed and placed) a knight's move apart, in board order."""
+        pieces = sorted(self._fixed | set(self._placed))
+        return [(a, b) for i, a in enumerate(pieces) for b in pieces[i + 1 :] if knight_attacks(a, b)]
+
+    def _conflict_note(self) -> str:
+        pairs = self.conflicting_pairs()
+        if not pairs:
+            return "No two pieces conflict."
+        return "Pieces " + ", ".join(f"{square_name(a)} {square_name(b)}" for a, b in pairs) + " conflict."
 
     def _admissible(self) -> tuple[str, ...]:
         occupied = self._fixed | set(self._placed)
@@ -191,8 +205,7 @@ class KnightsEnv(ReplayableEnv):
         return None
 
     def _conflicts(self) -> bool:
-        pieces = sorted(self._fixed | set(self._placed))
-        return any(knight_attacks(a, b) for i, a in enumerate(pieces) for b in pieces[i + 1 :])
+        return bool(self.conflicting_pairs())
 
     # ------------------------------------------------------------------ env protocol
     def reset(self, seed: int | None = None) -> Observation:

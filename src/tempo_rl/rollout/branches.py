@@ -227,6 +227,13 @@ class BranchResult:
         """True once an end reason is set."""
         return self.end_reason is not None
 
+    def privileged_state_at(self, rounds: int, at_start: str | None) -> str | None:
+        """The env's critic-only :attr:`~tempo_rl.envs.Observation.privileged_state` after ``rounds`` rounds
+        of this segment (``at_start``, the start state's, for 0 rounds; None past the rounds played)."""
+        if rounds == 0:
+            return at_start
+        return self.observations[rounds - 1].privileged_state if rounds <= len(self.observations) else None
+
     @property
     def terminated(self) -> bool:
         """The branch reached a terminal MDP state (bootstrap value 0)."""

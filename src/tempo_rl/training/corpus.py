@@ -52,6 +52,7 @@ def _play(
             history=history,
             initial_observation=initial,
             privileged_info=calls.call(env, "privileged_info"),
+            privileged_state=obs.privileged_state,
             remaining_steps=3,
             r_max=config.tempo.r_max,
         )

@@ -512,6 +512,7 @@ def _encode_payload(state: StoredState) -> bytes:
         "macro_index": state.macro_index,
         "parent_id": state.parent_id,
         "privileged_info": state.privileged_info,
+        "privileged_state": state.privileged_state,
         "prompt": state.prompt.to_json() if state.prompt is not None else None,
         "spans": [s.to_json() for s in state.spans] if state.spans is not None else None,
     }
@@ -540,6 +541,7 @@ def _decode_payload(state_id: str, tokens: tuple[int, ...], record: Mapping[str,
         spans=tuple(PrefixSpan.from_json(r) for r in spans) if spans is not None else None,
         parent_id=record["parent_id"],
         privileged_info=record["privileged_info"],
+        privileged_state=record.get("privileged_state"),  # absent in stores written before it existed
     )
 
 

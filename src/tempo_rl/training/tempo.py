@@ -164,6 +164,7 @@ def endpoint_state(
         spans=spans,
         policy_version=policy_version,
         macro_steps=max(1, rounds // tempo.macro_rounds),
+        privileged_state=branch.privileged_state_at(rounds, start.privileged_state),
     )
 
 

@@ -350,6 +350,7 @@ class MacroStepTrainer(abc.ABC):
             task=task_of(obs),
             policy_version=self.state.policy_version,
             privileged_info=env.privileged_info(),
+            privileged_state=getattr(obs, "privileged_state", None),
         )
         self.privileged.observe(state.privileged_info)
         return StartState(state=state, envs=envs, fresh=True)
@@ -472,6 +473,11 @@ class MacroStepTrainer(abc.ABC):
             history=tuple((str(a), str(o)) for a, o in history),
             initial_observation=state.initial_observation,
             privileged_info=state.privileged_info,
+            privileged_state=(
+                branch.privileged_state_at(branch.rounds, state.privileged_state)
+                if branch is not None
+                else state.privileged_state
+            ),
             remaining_steps=remaining,
             r_max=t.r_max,
             snapshot=branch.snapshot if branch is not None else state.snapshot,

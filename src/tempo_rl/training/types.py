@@ -117,6 +117,8 @@ class StoredState:
         macro_index: how many macro-steps of H rounds led here (0 = an episode start).
         parent_id: the state this one was branched from, if any.
         privileged_info: critic-only text for this episode (never shown to the actor).
+        privileged_state: critic-only text about this state (the env's
+            :attr:`~tempo_rl.envs.Observation.privileged_state` here); not inherited by children.
     """
 
     id: str
@@ -130,6 +132,7 @@ class StoredState:
     spans: tuple[PrefixSpan, ...] | None = ()
     parent_id: str | None = None
     privileged_info: str | None = None
+    privileged_state: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -185,6 +188,7 @@ class StoredState:
         task: str,
         policy_version: int,
         privileged_info: str | None = None,
+        privileged_state: str | None = None,
     ) -> StoredState:
         """An episode start: the reset snapshot, an empty prompt (rendered from the reset observation)."""
         return cls(
@@ -196,6 +200,7 @@ class StoredState:
             policy_version=policy_version,
             macro_index=0,
             privileged_info=privileged_info,
+            privileged_state=privileged_state,
         )
 
     def child(
@@ -207,9 +212,10 @@ class StoredState:
         spans: Sequence[PrefixSpan],
         policy_version: int,
         macro_steps: int,
+        privileged_state: str | None = None,
     ) -> StoredState:
         """A state reached from this one by ``macro_steps`` more macro-steps (same game, task and privileged
-        info; this state as its parent)."""
+        info; this state as its parent); ``privileged_state`` is the new state's own."""
         return StoredState(
             id=make_state_id(snapshot, token_prefix),
             snapshot=snapshot,
@@ -222,6 +228,7 @@ class StoredState:
             spans=tuple(spans),
             parent_id=self.id,
             privileged_info=self.privileged_info,
+            privileged_state=privileged_state,
         )
 
     def prompt_state(self) -> PromptState:
