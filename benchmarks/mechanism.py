@@ -117,8 +117,9 @@ import numpy as np
 class EnvSetting:
     """One benchmark environment: its kwargs, T (episode limit), H (macro-step rounds) and its arms; the
     warm start's demonstrations use ``demo_kwargs`` over ``kwargs`` (``warmstart.env_kwargs``), on
-    ``demo_episodes`` games (None: the scale's ``warmstart_episodes``); the evaluations sample at
-    ``eval_temperature``."""
+    ``demo_episodes`` games (None: the scale's ``warmstart_episodes``); every arm's actor samples at
+    ``temperature`` (``sampling.temperature``) and the evaluations at ``eval_temperature``; the generative arm's
+    warm-up updates play ``warmup_games`` games each (None: the scale's ``warmup_games``)."""
 
     name: str
     kwargs: Mapping[str, Any]
@@ -128,6 +129,8 @@ class EnvSetting:
     demo_kwargs: Mapping[str, Any] = field(default_factory=dict)
     eval_temperature: float = 0.1
     demo_episodes: int | None = None
+    temperature: float = 1.0
+    warmup_games: int | None = None
 
 
 @dataclass(frozen=True)
@@ -193,12 +196,18 @@ ENVS: dict[str, EnvSetting] = {
         8,
         _ALL,
     ),
+    # knights (2026-12-05, sixth stop; docs/results.md): an actor at 0.5 taught by 512 demo games, so that a state
+    # decides more of its return, macro-steps of 2 rounds, and 8 games per warm-up update for the critic
     "knights": EnvSetting(
         "knights",
         {"size": 5, "preplaced": 2, "place": 3, "max_steps": 16, "feedback": "final"},
         16,
-        4,
+        2,
         _KNIGHTS_ARMS,
+        eval_temperature=0.5,
+        demo_episodes=512,
+        temperature=0.5,
+        warmup_games=8,
     ),
 }
 
@@ -384,13 +393,16 @@ def make_config(
                 "fresh_share": 0.5,
                 # the oracle and Monte Carlo critics are not trained: a critic warm-up has nothing to teach them
                 "warmup_updates": scale.warmup_updates if generative else 0,
-                "warmup_games_per_batch": scale.warmup_games,
+                "warmup_games_per_batch": scale.warmup_games
+                if env.warmup_games is None
+                else env.warmup_games,
                 **(generative_critic_design(scale) if generative else {}),
                 "td_updates": 1_000_000,  # stopped by the env-step budget
                 "prefix_correction": spec.get("prefix_correction", "off"),
             },
             "grpo": {"updates": 1_000_000, "games_per_batch": scale.grpo_games, "group_size": scale.branches},
             "sampling": {
+                "temperature": env.temperature,
                 "max_tokens": scale.max_tokens,
                 "critic_max_tokens": 6,
                 "critic_answer_prefix": "<value>",

@@ -452,3 +452,24 @@ def test_from_results_rewrites_the_folder_it_reads(
     assert line["keydoor_rule/auc_oracle_minus_grpo"] == recorded["keydoor_rule/auc_oracle_minus_grpo"]
     assert (tmp_path / "mechanism.png").stat().st_size > 0
     assert default.stat().st_mtime_ns == before
+
+
+def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp_path: Path) -> None:
+    """knights: every arm's actor samples and is evaluated at 0.5, from a warm start on 512 demo games, with
+    macro-steps of 2 rounds; only the generative arm warms its critic up, on 8 games per update. keydoor_rule
+    keeps the scale's warm-up games and samples at 1.0."""
+    knights = mech.ENVS["knights"]
+    for arm in knights.arms:
+        c = mech.make_config(knights, mech.FULL, 0, arm, tmp_path / arm, tmp_path / "tok")
+        assert c.sampling.temperature == c.sampling.eval_temperature == 0.5
+        assert c.warmstart.episodes == 512 and c.tempo.macro_rounds == 2
+        if arm == "generative":
+            assert c.tempo.warmup_games_per_batch == 8 and c.tempo.warmup_updates == mech.FULL.warmup_updates
+        elif arm != "grpo":
+            assert c.tempo.warmup_updates == 0
+    rule = mech.make_config(
+        mech.ENVS["keydoor_rule"], mech.FULL, 0, "generative", tmp_path / "g", tmp_path / "tok"
+    )
+    assert (
+        rule.sampling.temperature == 1.0 and rule.tempo.warmup_games_per_batch == mech.FULL.warmup_games == 4
+    )

@@ -46,8 +46,8 @@ def test_the_arm_config_changes_only_the_temperature_and_the_warm_up_length(tmp_
     env, scale = mech.ENVS["knights"], mech.FULL
     arm = mech.make_config(env, scale, 3, "generative", tmp_path / "run", tmp_path / "tok")
     assert probe.arm_config(env, scale, 3, tmp_path / "run", tmp_path / "tok") == arm
-    cool = probe.arm_config(env, scale, 3, tmp_path / "run", tmp_path / "tok", 0.5)
-    assert cool.sampling.temperature == 0.5 and arm.sampling.temperature == 1.0
+    cool = probe.arm_config(env, scale, 3, tmp_path / "run", tmp_path / "tok", 0.25)
+    assert cool.sampling.temperature == 0.25 and arm.sampling.temperature == env.temperature == 0.5
     assert cool.model_dump(exclude={"sampling"}) == arm.model_dump(exclude={"sampling"})
     assert cool.sampling.model_dump(exclude={"temperature"}) == arm.sampling.model_dump(
         exclude={"temperature"}
