@@ -18,8 +18,12 @@ the signed corridor):
   (``warmstart.env_kwargs``), so it clones no key preference: a rule the 2-layer model can represent, learnt
   from reward alone (the signed choice above needs an attention circuit it does not form within the budget, even
   with the oracle). Evaluated at the sampling temperature (1.0): the policy RL trains (see ``keydoor_rule``);
-* ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, H = 4, the verdict only when all
-  3 are placed (``feedback = "final"``).
+* ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, the verdict only when all 3 are
+  placed (``feedback = "final"``). Since 2026-12-05 (sixth stop; ``docs/results.md``): H = 2; every arm's actor
+  samples and is evaluated at 0.5, from a warm start on 512 demo games (at 1.0 the 2-layer actor played
+  knights almost at random, so a state decided little of its return); the generative arm warms up on 8 games
+  per update; and the critic reads the env's ``Observation.privileged_state``, the pairs of pieces that
+  conflict now.
 
 Every (env, seed) starts from one supervised warm start shared by its arms: noisy demonstrations (noise 0.1) of
 the env's expert *recovering* from each slip (``warmstart.expert = "recovering"``, since 2026-12-04). With the
@@ -40,7 +44,8 @@ generative critic: its oracle is 1 from almost every state, so a noisy oracle ha
   continuing the state's own token prefix since 2026-12-05);
 * ``generative``: TEMPO's own critic (the model prompted for ``<value>``), with its critic warm-up: since
   2026-12-05 on weights of its own (copied from the warm start), offered every round of 4 warm-up updates of 4
-  games, each update training every earlier one's examples again (:func:`generative_critic_design`), then TD.
+  games (knights: 8), each update training every earlier one's examples again (:func:`generative_critic_design`),
+  then TD.
   After the warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the critic's own
   values (the ones TD bootstraps from) on 8 held-out games' states against their single returns and against
   the policy's values V_pi (8 rollouts each).
@@ -184,8 +189,8 @@ ARMS: dict[str, dict[str, Any]] = {
 _ALL = tuple(ARMS)
 _NO_PC = tuple(a for a in ARMS if a != "oracle_pc")
 #: knights' arms: its oracle is 1 from almost every state (16 steps leave room to remove and re-place pieces), so
-#: the oracle arm measured no signal over GRPO (+0.036 +- 0.040 AUC, 2026-12-05) and a noisy oracle has nothing
-#: to degrade; the flipped arms stay available with ``--arms``
+#: the oracle arm measured no signal over GRPO (+0.036 +- 0.040 AUC, 2026-12-05, at H = 4 with the actor at 1.0)
+#: and a noisy oracle has nothing to degrade; the flipped arms stay available with ``--arms``
 _KNIGHTS_ARMS = ("grpo", "oracle", "mc", "generative")
 
 ENVS: dict[str, EnvSetting] = {
