@@ -18,17 +18,20 @@ What can change (each only for this run, never the benchmark's table): ``--set K
 ``--set feedback='"immediate"'``), ``--max-rounds`` T, ``--macro-rounds`` H (the probe's states sit at rounds
 H, 2H, ...), ``--demo-episodes`` (the warm start's demo games), ``--temperature`` (the actor's sampling
 temperature in the warm-up and the probe; the warm start's evaluation keeps the env's ``eval_temperature``),
-``--warmup-updates`` (the critic's warm-up; the arm: 4 updates).
+``--warmup-updates`` (the critic's warm-up; the arm: 4 updates), ``--warmup-games`` (games per warm-up update).
 
 Prints ONE JSON line: the setting, and per seed the warm start's evaluation (success, invalid actions per
 episode), each warm-up update's ``warmup/success_rate`` and ``critic/value_corr``, and the probe's figures; then
 over the seeds the min / median / max of the ceiling and of the critic's two correlations.
 
-Measured 2026-12-05 (fifth stop) on knights: ``docs/results.md``, "knights' designs measured". Usage::
+Measured 2026-12-05 (fifth stop) on knights: ``docs/results.md``, "knights' designs measured"; the sixth stop's
+knights (the actor at 0.5, 512 demo games, H = 2, 8 warm-up games, the conflict note) is now the benchmark's, and
+the fifth stop's settings need ``--temperature 1.0 --demo-episodes 96 --macro-rounds 4 --warmup-games 4`` (the
+env's note stays on). Usage::
 
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2      # the benchmark's knights
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2 \
-        --temperature 0.5 --demo-episodes 512 --macro-rounds 2                      # a cooler, better-taught actor
+        --temperature 1.0 --demo-episodes 96 --macro-rounds 4 --warmup-games 4      # the fifth stop's actor
     python benchmarks/warmup_probe.py --quick                                       # a smoke run (seconds)
 """
 
@@ -60,9 +63,11 @@ def env_setting(
     max_rounds: int | None = None,
     macro_rounds: int | None = None,
     demo_episodes: int | None = None,
+    warmup_games: int | None = None,
 ) -> Any:
     """The mechanism benchmark's setting of env ``name`` (``ENVS``, or ``QUICK_ENVS`` with ``quick``) with
-    ``kwargs`` over its env kwargs and, where given, T, H and the warm start's demo games replaced."""
+    ``kwargs`` over its env kwargs and, where given, T, H, the warm start's demo games and the generative arm's
+    games per warm-up update replaced."""
     import mechanism
 
     table = mechanism.QUICK_ENVS if quick else mechanism.ENVS
@@ -75,6 +80,7 @@ def env_setting(
         max_rounds=env.max_rounds if max_rounds is None else max_rounds,
         macro_rounds=env.macro_rounds if macro_rounds is None else macro_rounds,
         demo_episodes=env.demo_episodes if demo_episodes is None else demo_episodes,
+        warmup_games=env.warmup_games if warmup_games is None else warmup_games,
     )
 
 
@@ -189,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--warmup-updates", type=int, default=None, help="the critic's warm-up updates (default: the arm's)"
     )
+    ap.add_argument(
+        "--warmup-games", type=int, default=None, help="games per warm-up update (default: the benchmark's)"
+    )
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--work", type=Path, default=Path("runs/mechanism-work"), help="the benchmark's cache")
     ap.add_argument("--quick", action="store_true", help="the benchmark's quick scale, seed 0: a smoke run")
@@ -208,7 +217,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             ) from None
     if args.quick:
         args.seeds = [0]
-    env = env_setting(args.env, args.quick, kwargs, args.max_rounds, args.macro_rounds, args.demo_episodes)
+    env = env_setting(
+        args.env,
+        args.quick,
+        kwargs,
+        args.max_rounds,
+        args.macro_rounds,
+        args.demo_episodes,
+        args.warmup_games,
+    )
     args.work.mkdir(parents=True, exist_ok=True)
     run = functools.partial(
         probe_seed,
@@ -230,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "T": env.max_rounds,
         "H": env.macro_rounds,
         "demo_episodes": env.demo_episodes,
+        "warmup_games": env.warmup_games,
         "temperature": args.temperature,
         "warmup_updates": args.warmup_updates,
         **rows,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from pathlib import Path
 
@@ -25,15 +26,16 @@ def test_spread_is_min_median_max_of_the_defined_seeds() -> None:
 def test_env_setting_overrides_only_what_it_is_given() -> None:
     base = mech.ENVS["knights"]
     same = probe.env_setting("knights", False, {})
-    assert (same.kwargs, same.max_rounds, same.macro_rounds, same.demo_episodes) == (
-        base.kwargs,
-        base.max_rounds,
-        base.macro_rounds,
-        base.demo_episodes,
-    )
-    changed = probe.env_setting("knights", False, {"feedback": "immediate"}, 24, 2, 512)
+    assert dataclasses.asdict(same) == dataclasses.asdict(base)  # (the tool imports its own mechanism module)
+    changed = probe.env_setting("knights", False, {"feedback": "immediate"}, 24, 4, 96, 4)
     assert changed.kwargs == {**base.kwargs, "feedback": "immediate"}
-    assert (changed.max_rounds, changed.macro_rounds, changed.demo_episodes) == (24, 2, 512)
+    assert (changed.max_rounds, changed.macro_rounds, changed.demo_episodes, changed.warmup_games) == (
+        24,
+        4,
+        96,
+        4,
+    )
+    assert (base.macro_rounds, base.demo_episodes, base.warmup_games) == (2, 512, 8)
     assert changed.arms == base.arms and changed.eval_temperature == base.eval_temperature
     # the benchmark's own table, the module the tool reads it from, is untouched
     assert importlib.import_module("mechanism").ENVS["knights"].kwargs == base.kwargs
