@@ -1276,7 +1276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results,
             scale,
             Path(args.out) if args.out else Path(args.from_results).parent,
-            float(results.get("wall_s", math.nan)),
+            math.nan if results.get("wall_s") is None else float(results["wall_s"]),  # null: assembled
             results["headline"]["estimate_full_plan"],
         )
         print(json.dumps(json_safe(line), allow_nan=False))

@@ -473,3 +473,19 @@ def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp
     assert (
         rule.sampling.temperature == 1.0 and rule.tempo.warmup_games_per_batch == mech.FULL.warmup_games == 4
     )
+
+
+def test_from_results_reads_the_default_plans_assembled_results(tmp_path: Path, capsys) -> None:
+    """The committed default-plan results.json was assembled from two runs, so its ``wall_s`` is null; it is
+    read back, and its line recomputed, all the same."""
+    pytest.importorskip("matplotlib")
+    import shutil
+
+    src = REPO / "benchmarks" / "results" / "mechanism" / "results.json"
+    shutil.copy(src, tmp_path / "results.json")
+    assert mech.main(["--from-results", str(tmp_path / "results.json")]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    recorded = json.loads(src.read_text())["headline"]
+    assert line["wall_s"] is None
+    for key in ("keydoor_rule/auc_oracle_minus_grpo", "knights/generative/warmup_probe_corr_v_vpi"):
+        assert line[key] == recorded[key]
