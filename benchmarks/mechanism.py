@@ -48,7 +48,7 @@ generative critic: its oracle is 1 from almost every state, so a noisy oracle ha
   then TD.
   After the warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the critic's own
   values (the ones TD bootstraps from) on 8 held-out games' states against their single returns and against
-  the policy's values V_pi (8 rollouts each).
+  the policy's values V_pi (8 rollouts each; knights 32 since its seventh stop of 2026-12-05, :func:`probe_rollouts`).
 
 Reported, per env and arm, over seeds (mean and standard error, SE = sd / sqrt(n)): greedy-ish eval success
 (``sampling.eval_temperature``) at the budget, the success AUC (mean success over 41 evenly spaced env-step
@@ -124,7 +124,8 @@ class EnvSetting:
     warm start's demonstrations use ``demo_kwargs`` over ``kwargs`` (``warmstart.env_kwargs``), on
     ``demo_episodes`` games (None: the scale's ``warmstart_episodes``); every arm's actor samples at
     ``temperature`` (``sampling.temperature``) and the evaluations at ``eval_temperature``; the generative arm's
-    warm-up updates play ``warmup_games`` games each (None: the scale's ``warmup_games``)."""
+    warm-up updates play ``warmup_games`` games each (None: the scale's ``warmup_games``), and its value probe
+    reads V_pi from ``probe_rollouts`` rollouts per state (None: the scale's; :func:`probe_rollouts`)."""
 
     name: str
     kwargs: Mapping[str, Any]
@@ -136,6 +137,7 @@ class EnvSetting:
     demo_episodes: int | None = None
     temperature: float = 1.0
     warmup_games: int | None = None
+    probe_rollouts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,7 @@ ENVS: dict[str, EnvSetting] = {
         demo_episodes=512,
         temperature=0.5,
         warmup_games=8,
+        probe_rollouts=32,
     ),
 }
 
@@ -233,6 +236,14 @@ QUICK_ENVS: dict[str, EnvSetting] = {
         _NO_PC,
     ),
 }
+
+
+def probe_rollouts(env: EnvSetting, scale: Scale) -> int:
+    """M, the rollouts per state from which the value probe reads V_pi: the env's ``probe_rollouts``, else the
+    scale's. An M-rollout mean carries binomial noise ``V_pi (1 - V_pi) / M`` that reads every correlation with
+    it low (:func:`value_probe`); where the states' values are small probabilities (knights) that noise was 9-24%
+    of V_pi's variance at M = 8, enough to hold a perfect critic near the 0.7 bar (``docs/results.md``)."""
+    return scale.probe_rollouts if env.probe_rollouts is None else env.probe_rollouts
 
 
 def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSetting:
@@ -625,7 +636,11 @@ def arm_task(
         make_config(env, scale, seed, arm, work / "probe", tok_dir),
         {"budget_steps": scale.budget_steps, "eval_points": scale.eval_points},
         warm["key"],
-        *([{"probe_games": scale.probe_games, "probe_rollouts": scale.probe_rollouts}] if probed else []),
+        *(
+            [{"probe_games": scale.probe_games, "probe_rollouts": probe_rollouts(env, scale)}]
+            if probed
+            else []
+        ),
     )
     run_dir = work / f"{env.name}-seed{seed}-{arm}-{key}"
     record = work / f"{env.name}-seed{seed}-{arm}-{key}.json"
@@ -676,7 +691,7 @@ def arm_task(
                 )
             if probed and probe is None and trainer.state.update >= cfg.tempo.warmup_updates:
                 t0 = time.perf_counter()  # the warm-up is over: the critic's values on held-out states
-                probe = value_probe(trainer, scale.probe_games, scale.probe_rollouts, aside=True)
+                probe = value_probe(trainer, scale.probe_games, probe_rollouts(env, scale), aside=True)
                 probe_s = time.perf_counter() - t0
                 print(
                     f"[mechanism] {env.name} seed {seed} {arm} warm-up probe: {json.dumps(json_safe(probe))}",

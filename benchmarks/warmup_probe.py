@@ -11,14 +11,15 @@ This runs, per seed, what the benchmark's generative arm runs before TD, with th
 1. the shared warm start (:func:`mechanism.warm_start_task`, cached in ``--work`` like the benchmark's);
 2. the arm's critic warm-up (:func:`mechanism.make_config`'s ``generative`` arm: ``tempo.warmup_updates``
    updates of ``warmup_games_per_batch`` games, every round a critic state, replayed);
-3. the value probe on 8 held-out games x N branches: the critic against single returns and against V_pi (M = 8
-   rollouts from the state), and the ceiling ``corr(V_pi, G)``.
+3. the value probe on 8 held-out games x N branches: the critic against single returns and against V_pi (M
+   rollouts from the state, :func:`mechanism.probe_rollouts`: knights 32, else 8), and the ceiling ``corr(V_pi, G)``.
 
 What can change (each only for this run, never the benchmark's table): ``--set KEY=JSON`` the env's kwargs (e.g.
 ``--set feedback='"immediate"'``), ``--max-rounds`` T, ``--macro-rounds`` H (the probe's states sit at rounds
 H, 2H, ...), ``--demo-episodes`` (the warm start's demo games), ``--temperature`` (the actor's sampling
 temperature in the warm-up and the probe; the warm start's evaluation keeps the env's ``eval_temperature``),
-``--warmup-updates`` (the critic's warm-up; the arm: 4 updates), ``--warmup-games`` (games per warm-up update).
+``--warmup-updates`` (the critic's warm-up; the arm: 4 updates), ``--warmup-games`` (games per warm-up
+update), ``--probe-rollouts`` (M).
 
 Prints ONE JSON line: the setting, and per seed the warm start's evaluation (success, invalid actions per
 episode), each warm-up update's ``warmup/success_rate`` and ``critic/value_corr``, and the probe's figures; then
@@ -27,7 +28,8 @@ over the seeds the min / median / max of the ceiling and of the critic's two cor
 Measured 2026-12-05 (fifth stop) on knights: ``docs/results.md``, "knights' designs measured"; the sixth stop's
 knights (the actor at 0.5, 512 demo games, H = 2, 8 warm-up games, the conflict note) is now the benchmark's, and
 the fifth stop's settings need ``--temperature 1.0 --demo-episodes 96 --macro-rounds 4 --warmup-games 4`` (the
-env's note stays on). Usage::
+env's note stays on). Since the seventh stop knights' probe reads V_pi from 32 rollouts per state; the earlier
+rows used 8 (``--probe-rollouts 8``). Usage::
 
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2      # the benchmark's knights
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2 \
@@ -64,10 +66,11 @@ def env_setting(
     macro_rounds: int | None = None,
     demo_episodes: int | None = None,
     warmup_games: int | None = None,
+    probe_rollouts: int | None = None,
 ) -> Any:
     """The mechanism benchmark's setting of env ``name`` (``ENVS``, or ``QUICK_ENVS`` with ``quick``) with
-    ``kwargs`` over its env kwargs and, where given, T, H, the warm start's demo games and the generative arm's
-    games per warm-up update replaced."""
+    ``kwargs`` over its env kwargs and, where given, T, H, the warm start's demo games, the generative arm's
+    games per warm-up update and the probe's rollouts per state replaced."""
     import mechanism
 
     table = mechanism.QUICK_ENVS if quick else mechanism.ENVS
@@ -81,6 +84,7 @@ def env_setting(
         macro_rounds=env.macro_rounds if macro_rounds is None else macro_rounds,
         demo_episodes=env.demo_episodes if demo_episodes is None else demo_episodes,
         warmup_games=env.warmup_games if warmup_games is None else warmup_games,
+        probe_rollouts=env.probe_rollouts if probe_rollouts is None else probe_rollouts,
     )
 
 
@@ -149,7 +153,9 @@ def probe_seed(
                 ("env_steps", "cost/env_steps"),
             ):
                 warmup[key].append(mechanism._round(mechanism._finite(last.get(metric))))
-        probe = mechanism.value_probe(trainer, scale.probe_games, scale.probe_rollouts, aside=True)
+        probe = mechanism.value_probe(
+            trainer, scale.probe_games, mechanism.probe_rollouts(env, scale), aside=True
+        )
     finally:
         mechanism._close(trainer)
     ws = warm["metrics"]
@@ -198,6 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--warmup-games", type=int, default=None, help="games per warm-up update (default: the benchmark's)"
     )
+    ap.add_argument(
+        "--probe-rollouts",
+        type=int,
+        default=None,
+        help="M, V_pi's rollouts per probe state (default: the benchmark's)",
+    )
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--work", type=Path, default=Path("runs/mechanism-work"), help="the benchmark's cache")
     ap.add_argument("--quick", action="store_true", help="the benchmark's quick scale, seed 0: a smoke run")
@@ -225,7 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.macro_rounds,
         args.demo_episodes,
         args.warmup_games,
+        args.probe_rollouts,
     )
+    scale = mechanism.QUICK if args.quick else mechanism.FULL
     args.work.mkdir(parents=True, exist_ok=True)
     run = functools.partial(
         probe_seed,
@@ -249,7 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo_episodes": env.demo_episodes,
         "warmup_games": env.warmup_games,
         "temperature": args.temperature,
-        "warmup_updates": args.warmup_updates,
+        "warmup_updates": scale.warmup_updates if args.warmup_updates is None else args.warmup_updates,
+        "probe_rollouts": mechanism.probe_rollouts(env, scale),
         **rows,
     }
     for key in PROBE_KEYS:

@@ -475,6 +475,15 @@ def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp
     )
 
 
+def test_the_probe_reads_knights_values_from_32_rollouts_and_the_others_from_the_scales() -> None:
+    """V_pi's M: knights' values are small probabilities, whose 8-rollout means were too noisy to score a
+    critic against; every other env keeps the scale's M (8; the quick scale's 2)."""
+    assert mech.probe_rollouts(mech.ENVS["knights"], mech.FULL) == 32
+    assert mech.probe_rollouts(mech.ENVS["keydoor_rule"], mech.FULL) == mech.FULL.probe_rollouts == 8
+    assert mech.probe_rollouts(mech.ENVS["keydoor"], mech.FULL) == 8
+    assert mech.probe_rollouts(mech.QUICK_ENVS["knights"], mech.QUICK) == mech.QUICK.probe_rollouts == 2
+
+
 def test_from_results_reads_the_default_plans_assembled_results(tmp_path: Path, capsys) -> None:
     """The committed default-plan results.json was assembled from two runs, so its ``wall_s`` is null; it is
     read back, and its line recomputed, all the same."""

@@ -27,15 +27,16 @@ def test_env_setting_overrides_only_what_it_is_given() -> None:
     base = mech.ENVS["knights"]
     same = probe.env_setting("knights", False, {})
     assert dataclasses.asdict(same) == dataclasses.asdict(base)  # (the tool imports its own mechanism module)
-    changed = probe.env_setting("knights", False, {"feedback": "immediate"}, 24, 4, 96, 4)
+    changed = probe.env_setting("knights", False, {"feedback": "immediate"}, 24, 4, 96, 4, 8)
     assert changed.kwargs == {**base.kwargs, "feedback": "immediate"}
-    assert (changed.max_rounds, changed.macro_rounds, changed.demo_episodes, changed.warmup_games) == (
-        24,
-        4,
-        96,
-        4,
-    )
-    assert (base.macro_rounds, base.demo_episodes, base.warmup_games) == (2, 512, 8)
+    assert (
+        changed.max_rounds,
+        changed.macro_rounds,
+        changed.demo_episodes,
+        changed.warmup_games,
+        changed.probe_rollouts,
+    ) == (24, 4, 96, 4, 8)
+    assert (base.macro_rounds, base.demo_episodes, base.warmup_games, base.probe_rollouts) == (2, 512, 8, 32)
     assert changed.arms == base.arms and changed.eval_temperature == base.eval_temperature
     # the benchmark's own table, the module the tool reads it from, is untouched
     assert importlib.import_module("mechanism").ENVS["knights"].kwargs == base.kwargs
@@ -81,18 +82,19 @@ def test_a_set_without_json_names_the_fix() -> None:
 def test_quick_run_prints_the_warm_up_and_the_probe(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the warm-up trains the local backend's model (torch)")
     args = ("--quick", "--work", str(tmp_path), "--set", "max_steps=6", "--temperature", "0.7")
-    figures = run_benchmark("warmup_probe.py", *args, "--warmup-updates", "2")
+    args += ("--warmup-updates", "2", "--probe-rollouts", "3")
+    figures = run_benchmark("warmup_probe.py", *args)
     assert figures["benchmark"] == "warmup_probe" and figures["env"] == "knights"
     assert figures["kwargs"]["max_steps"] == 6 and figures["temperature"] == 0.7
     row = figures["seed0"]
     assert 0.0 <= row["warm_start"]["success"] <= 1.0
     warmup = row["warmup"]
-    assert figures["warmup_updates"] == 2
+    assert figures["warmup_updates"] == 2 and figures["probe_rollouts"] == 3
     assert len(warmup["success_rate"]) == len(warmup["value_corr"]) == len(warmup["env_steps"]) == 2
     assert 0 < warmup["env_steps"][0] < warmup["env_steps"][1]  # cumulative: every update plays games
     assert row["probe"]["states"] > 0 and row["probe"]["rollout_env_steps"] > 0
     for key in probe.PROBE_KEYS:
         assert set(figures[key]) == {"min", "median", "max", "undefined"}
     # the same command again, over the first run's folders: the same figures (a run is repeatable)
-    again = run_benchmark("warmup_probe.py", *args, "--warmup-updates", "2")
+    again = run_benchmark("warmup_probe.py", *args)
     assert again == figures
