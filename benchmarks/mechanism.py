@@ -21,9 +21,11 @@ the signed corridor):
 * ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, the verdict only when all 3 are
   placed (``feedback = "final"``). Since 2026-12-05 (sixth stop; ``docs/results.md``): H = 2; every arm's actor
   samples and is evaluated at 0.5, from a warm start on 512 demo games (at 1.0 the 2-layer actor played
-  knights almost at random, so a state decided little of its return); the generative arm warms up on 8 games
-  per update; and the critic reads the env's ``Observation.privileged_state``, the pairs of pieces that
-  conflict now.
+  knights almost at random, so a state decided little of its return); and the critic reads the env's
+  ``Observation.privileged_state``, the pairs of pieces that conflict now. Since 2026-12-06 (ninth stop) its
+  generative critic steps at 3e-3 (the actor at 1e-3), is shown only the last turn of the history, and warms up
+  on 16 games per update (at 8 games, 1e-3 and the whole history its correlation with V_pi ended the warm-up at
+  0.40 on seed 4: a verdict in the history and warm-ups with few wins, ``docs/results.md``).
 
 Every (env, seed) starts from one supervised warm start shared by its arms: noisy demonstrations (noise 0.1) of
 the env's expert *recovering* from each slip (``warmstart.expert = "recovering"``, since 2026-12-04). With the
@@ -44,8 +46,8 @@ generative critic: its oracle is 1 from almost every state, so a noisy oracle ha
   continuing the state's own token prefix since 2026-12-05);
 * ``generative``: TEMPO's own critic (the model prompted for ``<value>``), with its critic warm-up: since
   2026-12-05 on weights of its own (copied from the warm start), offered every round of 4 warm-up updates of 4
-  games (knights: 8), each update training every earlier one's examples again (:func:`generative_critic_design`),
-  then TD.
+  games (knights: 16), each update training every earlier one's examples again (:func:`generative_critic_design`;
+  knights' critic at a step size of its own, 3e-3, and shown the last turn only), then TD.
   After the warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the critic's own
   values (the ones TD bootstraps from) on 8 held-out games' states against their single returns and against
   the policy's values V_pi (8 rollouts each; knights 32 since its seventh stop of 2026-12-05, :func:`probe_rollouts`).
@@ -125,7 +127,9 @@ class EnvSetting:
     ``demo_episodes`` games (None: the scale's ``warmstart_episodes``); every arm's actor samples at
     ``temperature`` (``sampling.temperature``) and the evaluations at ``eval_temperature``; the generative arm's
     warm-up updates play ``warmup_games`` games each (None: the scale's ``warmup_games``), and its value probe
-    reads V_pi from ``probe_rollouts`` rollouts per state (None: the scale's; :func:`probe_rollouts`)."""
+    reads V_pi from ``probe_rollouts`` rollouts per state (None: the scale's; :func:`probe_rollouts`). The
+    generative critic steps at ``critic_learning_rate`` (``optim.critic_learning_rate``; None: the actor's),
+    is shown the last ``critic_history_turns`` turns (``sampling.critic_history_turns``; None: all)."""
 
     name: str
     kwargs: Mapping[str, Any]
@@ -138,6 +142,8 @@ class EnvSetting:
     temperature: float = 1.0
     warmup_games: int | None = None
     probe_rollouts: int | None = None
+    critic_learning_rate: float | None = None
+    critic_history_turns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +210,8 @@ ENVS: dict[str, EnvSetting] = {
         _ALL,
     ),
     # knights (2026-12-05, sixth stop; docs/results.md): an actor at 0.5 taught by 512 demo games, so that a state
-    # decides more of its return, macro-steps of 2 rounds, and 8 games per warm-up update for the critic
+    # decides more of its return, macro-steps of 2 rounds; its generative critic (2026-12-06, ninth stop) at a
+    # step size of its own, 3e-3, shown the last turn only, warmed up on 16 games per update
     "knights": EnvSetting(
         "knights",
         {"size": 5, "preplaced": 2, "place": 3, "max_steps": 16, "feedback": "final"},
@@ -214,8 +221,10 @@ ENVS: dict[str, EnvSetting] = {
         eval_temperature=0.5,
         demo_episodes=512,
         temperature=0.5,
-        warmup_games=8,
+        warmup_games=16,
         probe_rollouts=32,
+        critic_learning_rate=3e-3,
+        critic_history_turns=1,
     ),
 }
 
@@ -355,7 +364,9 @@ def generative_critic_design(scale: Scale) -> dict[str, Any]:
     longer move it, nor its steps the policy), a warm-up that offers it every round of every episode
     (``warmup_state_stride`` = 1, all states: one env step, one Monte Carlo example) and trains every earlier
     warm-up update's examples again at each update (``warmup_replay``: a batch whose episodes were all lost no
-    longer pulls every value to 0), ``warmup_substeps`` optimiser steps per update."""
+    longer pulls every value to 0), ``warmup_substeps`` optimiser steps per update. An env's
+    ``EnvSetting.critic_learning_rate`` and ``critic_history_turns`` (knights) reach it through
+    :func:`make_config`."""
     return {
         "critic_weights": "own",
         "warmup_replay": True,
@@ -427,11 +438,17 @@ def make_config(
                 # arm has a critic this setting applies to)
                 "critic_answer": "expected",
                 "critic_max_prompt_tokens": scale.critic_max_prompt_tokens,
+                "critic_history_turns": env.critic_history_turns,
                 "max_trajectory_tokens": scale.max_trajectory_tokens,
                 "show_remaining_steps": False,  # both envs' observations show the steps left
                 "eval_temperature": env.eval_temperature,
             },
-            "optim": {"learning_rate": scale.learning_rate, "eps": 1e-6, "grad_clip_norm": 1.0},
+            "optim": {
+                "learning_rate": scale.learning_rate,
+                **({"critic_learning_rate": env.critic_learning_rate} if generative else {}),
+                "eps": 1e-6,
+                "grad_clip_norm": 1.0,
+            },
             "warmstart": {
                 "enabled": True,
                 "episodes": scale.warmstart_episodes if env.demo_episodes is None else env.demo_episodes,

@@ -149,6 +149,59 @@ def test_over_budget_prompt_omits_the_fewest_middle_turns() -> None:
     np.testing.assert_array_equal(est.values, [0.5, 0.5, 0.5])
 
 
+def test_a_history_window_shows_the_last_turns_and_names_the_hidden_ones() -> None:
+    """``history_turns = 2`` of 5 turns: the initial situation, a line for steps 1-3, then steps 4 and 5; the
+    rest of the prompt is the full prompt's."""
+    query = make_query(n_turns=5, privileged_state="The lamp is lit.")
+    critic = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=10_000, history_turns=2)
+    user = critic.messages(query)[1]["content"]
+    full = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=10_000).messages(query)[1]["content"]
+    assert "Initial situation:" in user and "[... steps 1-3 not shown ...]" in user
+    assert (
+        "Step 3." not in user
+        and "Step 4. Actor: go to room 3" in user
+        and "Step 5. Actor: go to room 4" in user
+    )
+    assert "Now (hidden from the agent): The lamp is lit." in user
+    kept = [line for line in full.splitlines() if not line.startswith(("Step 1.", "Step 2.", "Step 3."))]
+    hidden = {
+        "Environment: You arrive at room 0. It is dark here.",
+        "Environment: You arrive at room 1. It is dark here.",
+        "Environment: You arrive at room 2. It is dark here.",
+    }
+    assert [line for line in user.splitlines() if line != "[... steps 1-3 not shown ...]"] == [
+        line for line in kept if line not in hidden
+    ]
+    # a window at least as long as the history, and None, change nothing
+    for turns in (5, 9, None):
+        assert (
+            GenerativeCritic(word_renderer, PARAMS, 10_000, history_turns=turns).messages(query)[1]["content"]
+            == full
+        )
+    with pytest.raises(ValueError, match="history_turns must be >= 0"):
+        GenerativeCritic(word_renderer, PARAMS, 10_000, history_turns=-1)
+
+
+def test_the_prompt_budget_omits_middle_turns_of_the_window_only() -> None:
+    """30 turns, a window of 12, a budget between the window's empty and full prompts: the omitted turns are
+    counted within the window, and the steps named stay the episode's."""
+    query = make_query(n_turns=30)
+    probe = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=10_000, history_turns=12)
+    full, empty = (len(word_renderer(probe.messages(query, m))) for m in (0, 12))
+    budget = (full + empty) // 2
+    critic = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=budget, history_turns=12)
+    sampler = ScriptedSampler(["<value>0.5</value>"])
+    est = asyncio.run(critic.estimate(query, 2, sampler))
+    m = est.omitted_turns
+    assert est.prompt_too_long and 0 < m < 12 and len(sampler.calls[0][0]) <= budget
+    assert len(word_renderer(critic.messages(query, m - 1))) > budget  # minimal
+    user = critic.messages(query, m)[1]["content"]
+    head, _ = kept_turns(12, m)
+    assert "[... steps 1-18 not shown ...]" in user and "Step 18." not in user
+    assert f"[... steps {18 + head + 1}-{18 + head + m} omitted to fit the prompt budget ...]" in user
+    assert f"Step {18 + head + 1}." not in user and "Step 30. Actor: go to room 29" in user
+
+
 def test_nothing_fits_means_nan_values_and_no_request() -> None:
     critic = GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=5)
     sampler = ScriptedSampler(["<value>0.5</value>"])

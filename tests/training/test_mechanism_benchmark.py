@@ -156,6 +156,9 @@ def test_every_arm_of_an_env_gets_the_same_model_and_env_but_its_own_critic(tmp_
     assert (gen.critic_weights, gen.warmup_replay, gen.warmup_state_stride) == ("own", True, 1)
     assert gen.warmup_states_per_episode is None and gen.warmup_substeps == mech.FULL.warmup_substeps
     assert all(c.tempo.critic_weights == "shared" for a, c in cfgs.items() if a != "generative")
+    # keydoor's critic steps at the actor's step size and reads the whole history
+    assert all(c.optim.critic_learning_rate is None for c in cfgs.values())
+    assert all(c.sampling.critic_history_turns is None for c in cfgs.values())
     shared = ("env", "sampling", "optim", "warmstart", "kl")
     for c in cfgs.values():
         for part in shared:
@@ -456,23 +459,32 @@ def test_from_results_rewrites_the_folder_it_reads(
 
 def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp_path: Path) -> None:
     """knights: every arm's actor samples and is evaluated at 0.5, from a warm start on 512 demo games, with
-    macro-steps of 2 rounds; only the generative arm warms its critic up, on 8 games per update. keydoor_rule
-    keeps the scale's warm-up games and samples at 1.0."""
+    macro-steps of 2 rounds; only the generative arm warms its critic up, on 16 games per update, at a critic step
+    size of its own (3e-3; every actor's stays 1e-3); every arm's critic prompt shows the last turn only (the
+    warm start, shared by the arms, renders it for its critic-format examples). keydoor_rule keeps the scale's
+    warm-up games, the actor's step size and the whole history, and samples at 1.0."""
     knights = mech.ENVS["knights"]
     for arm in knights.arms:
         c = mech.make_config(knights, mech.FULL, 0, arm, tmp_path / arm, tmp_path / "tok")
         assert c.sampling.temperature == c.sampling.eval_temperature == 0.5
         assert c.warmstart.episodes == 512 and c.tempo.macro_rounds == 2
+        assert (
+            c.sampling.critic_history_turns == 1 and c.optim.learning_rate == mech.FULL.learning_rate == 1e-3
+        )
         if arm == "generative":
-            assert c.tempo.warmup_games_per_batch == 8 and c.tempo.warmup_updates == mech.FULL.warmup_updates
-        elif arm != "grpo":
-            assert c.tempo.warmup_updates == 0
+            assert c.tempo.warmup_games_per_batch == 16 and c.tempo.warmup_updates == mech.FULL.warmup_updates
+            assert c.tempo.critic_weights == "own" and c.optim.critic_learning_rate == 3e-3
+        else:
+            assert c.optim.critic_learning_rate is None
+            if arm != "grpo":
+                assert c.tempo.warmup_updates == 0
     rule = mech.make_config(
         mech.ENVS["keydoor_rule"], mech.FULL, 0, "generative", tmp_path / "g", tmp_path / "tok"
     )
     assert (
         rule.sampling.temperature == 1.0 and rule.tempo.warmup_games_per_batch == mech.FULL.warmup_games == 4
     )
+    assert rule.optim.critic_learning_rate is None and rule.sampling.critic_history_turns is None
 
 
 def test_the_probe_reads_knights_values_from_32_rollouts_and_the_others_from_the_scales() -> None:

@@ -406,6 +406,40 @@ def test_a_critic_of_its_own_trains_apart_from_the_actor_and_resumes_exactly(tmp
     assert _policy_and_critic_logprobs(straight, config) == _policy_and_critic_logprobs(run_dir, config)
 
 
+def test_a_critic_of_its_own_steps_at_its_own_learning_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tempo_rl.rollout.datums import make_datum
+    from tempo_rl.training.run import build_trainer
+
+    config = _own_critic_config(tmp_path, 1, ["optim.critic_learning_rate=0.25"])
+    trainer = build_trainer(config, tmp_path / "run")
+    steps: list[tuple[str, float]] = []
+
+    def recording(role: str, step: Any) -> Any:
+        def optim_step(params: Any) -> Any:
+            steps.append((role, params.learning_rate))
+            return step(params)
+
+        return optim_step
+
+    for role, client in (("actor", trainer.c.training_client), ("critic", trainer.c.critic_training_client)):
+        monkeypatch.setattr(client, "optim_step", recording(role, client.optim_step))
+    tokens = list(trainer.c.chat.tokenizer.encode("go on take red open door", add_special_tokens=False))
+    zeros = [0.0] * len(tokens)
+    datums = [
+        make_datum(tokens, zeros, [0.0, *[1.0] * (len(tokens) - 1)], role=role)
+        for role in ("actor", "critic")
+    ]
+    try:
+        trainer.train_step(datums)
+    finally:
+        trainer.c.store.close()
+    # each set of weights takes its own step, at its own step size
+    assert sorted(steps) == [("actor", config.optim.learning_rate), ("critic", 0.25)]
+    assert config.optim.learning_rate != 0.25
+
+
 def test_a_critic_of_its_own_gets_the_fault_layer_and_its_own_metrics(tmp_path: Path) -> None:
     from tempo_rl.backends.config import RetryConfig
     from tempo_rl.testing.faults import FaultPlan, FaultRates, faulty_build_trainer
@@ -499,3 +533,15 @@ def test_warm_start_plays_its_demonstrations_with_warmstart_env_kwargs(tmp_path:
         takes.update(a for a in env.walkthrough() or () if a.startswith("take "))
     assert takes == {"take red", "take blue"}
     assert config.env.kwargs["lock_colour"] == "blue"  # the RL games are untouched
+
+
+def test_the_critic_history_window_reaches_the_generative_critic(tmp_path: Path) -> None:
+    """``sampling.critic_history_turns`` is the critic's window; a negative one fails naming the field."""
+    from tempo_rl.training.config import ConfigError, validate_config
+
+    config, trainer = _tiny_trainer(tmp_path, ["sampling.critic_history_turns=1"])
+    assert config.sampling.critic_history_turns == 1 and trainer.c.critic.history_turns == 1
+    data = config.model_dump()
+    data["sampling"]["critic_history_turns"] = -1
+    with pytest.raises(ConfigError, match=r"sampling\.critic_history_turns"):
+        validate_config(data)

@@ -62,7 +62,7 @@ from tempo_rl.backends.types import SampledSequence, SamplingClient, SamplingPar
 from tempo_rl.critic.base import Critic, CriticEstimates, CriticQuery, CriticSample
 from tempo_rl.critic.levels import format_level, level_values, restricted_probs
 from tempo_rl.critic.parse import ValueStatus, classify_value
-from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, Message, build_critic_messages
+from tempo_rl.critic.prompt import DEFAULT_CRITIC_SYSTEM_PROMPT, Message, build_critic_messages, shown_turns
 
 __all__ = ["ANSWER_MODES", "AnswerMode", "GenerativeCritic", "RenderFn", "as_render_fn", "status_counts"]
 
@@ -130,6 +130,8 @@ class GenerativeCritic(Critic):
         max_prompt_tokens: the prompt token budget; longer prompts omit middle history turns.
         system_prompt: the system prompt; ``{r_max}`` is replaced by the query's R_max.
         max_observation_chars: cut each observation in the condensed history to this many characters.
+        history_turns: show the critic only the last this many turns of the interaction (None: all); the
+            prompt budget then omits middle turns of those.
         answer_prefix: text the assistant turn starts with, e.g. ``"<value>"`` (see the module docstring);
             needs a renderer that can encode text (a ChatRenderer or a tokenizer).
         answer: ``"sampled"``, ``"constrained"`` or ``"expected"`` (see the module docstring); the last two
@@ -145,12 +147,15 @@ class GenerativeCritic(Critic):
         system_prompt: str = DEFAULT_CRITIC_SYSTEM_PROMPT,
         *,
         max_observation_chars: int | None = None,
+        history_turns: int | None = None,
         answer_prefix: str = "",
         answer: AnswerMode = "sampled",
         levels: int = 11,
     ) -> None:
         if max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
+        if history_turns is not None and history_turns < 0:
+            raise ValueError(f"history_turns must be >= 0 or None, got {history_turns}")
         if answer not in ANSWER_MODES:
             raise ValueError(f"answer must be one of {ANSWER_MODES}, got {answer!r}")
         self._render = as_render_fn(renderer)
@@ -180,6 +185,7 @@ class GenerativeCritic(Critic):
         self.max_prompt_tokens = int(max_prompt_tokens)
         self.system_prompt = system_prompt
         self.max_observation_chars = max_observation_chars
+        self.history_turns = history_turns
 
     def messages(self, query: CriticQuery, omitted: int = 0) -> list[Message]:
         """The critic chat for ``query`` with ``omitted`` middle turns left out."""
@@ -188,6 +194,7 @@ class GenerativeCritic(Critic):
             system_prompt=self.system_prompt,
             omitted=omitted,
             max_observation_chars=self.max_observation_chars,
+            history_turns=self.history_turns,
         )
 
     def answer_set(self, r_max: float) -> tuple[tuple[float, str, tuple[int, ...]], ...]:
@@ -231,7 +238,7 @@ class GenerativeCritic(Critic):
     def prompt_tokens(self, query: CriticQuery) -> tuple[tuple[int, ...] | None, int]:
         """The prompt tokens (ending with the answer prefix's) within budget and the number of omitted turns;
         ``(None, n)`` if nothing fits."""
-        n = len(query.history)
+        n = shown_turns(len(query.history), self.history_turns)
         full = self._prompt(query, 0)
         if len(full) <= self.max_prompt_tokens:
             return full, 0

@@ -19,6 +19,7 @@ __all__ = [
     "build_critic_messages",
     "condense_history",
     "kept_turns",
+    "shown_turns",
 ]
 
 #: A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``.
@@ -47,19 +48,31 @@ def kept_turns(n_turns: int, omitted: int) -> tuple[int, int]:
     return keep - tail, tail
 
 
+def shown_turns(n_turns: int, history_turns: int | None) -> int:
+    """How many of ``n_turns`` history turns the critic is shown: the last ``history_turns`` (None: all)."""
+    if history_turns is None:
+        return n_turns
+    if history_turns < 0:
+        raise ValueError(f"history_turns must be >= 0 or None, got {history_turns}")
+    return min(n_turns, history_turns)
+
+
 def condense_history(
     initial_observation: str,
     history: Sequence[Turn],
     omitted: int = 0,
     max_observation_chars: int | None = None,
+    history_turns: int | None = None,
 ) -> str:
     """The history as text: ``Initial situation:``, then ``Step i`` blocks, ``omitted`` middle turns elided.
 
     Args:
         initial_observation: the reset observation.
         history: ``(action, observation)`` turns, oldest first.
-        omitted: how many turns to leave out of the middle (see :func:`kept_turns`).
+        omitted: how many of the shown turns to leave out of the middle (see :func:`kept_turns`).
         max_observation_chars: cut each observation to this many characters (``...`` appended); None = no cut.
+        history_turns: show only the last this many turns (:func:`shown_turns`; the earlier ones are named by a
+            ``[... steps 1-j not shown ...]`` line); None = all.
     """
 
     def cut(text: str) -> str:
@@ -67,17 +80,22 @@ def condense_history(
             return text[:max_observation_chars] + "..."
         return text
 
-    head, tail = kept_turns(len(history), omitted)
+    start = len(history) - shown_turns(len(history), history_turns)
+    shown = history[start:]
+    head, tail = kept_turns(len(shown), omitted)
     lines = ["Initial situation:", cut(initial_observation)]
-    indices = list(range(head)) + list(range(len(history) - tail, len(history)))
+    if start:
+        lines.append(f"[... steps 1-{start} not shown ...]")
+    indices = list(range(head)) + list(range(len(shown) - tail, len(shown)))
+    gap = f"[... steps {start + head + 1}-{start + head + omitted} omitted to fit the prompt budget ...]"
     for pos, i in enumerate(indices):
         if omitted and pos == head:
-            lines.append(f"[... steps {head + 1}-{head + omitted} omitted to fit the prompt budget ...]")
-        action, observation = history[i]
-        lines.append(f"Step {i + 1}. Actor: {action}")
+            lines.append(gap)
+        action, observation = shown[i]
+        lines.append(f"Step {start + i + 1}. Actor: {action}")
         lines.append(f"Environment: {cut(observation)}")
     if omitted and head == len(indices):  # everything after the head was omitted
-        lines.append(f"[... steps {head + 1}-{head + omitted} omitted to fit the prompt budget ...]")
+        lines.append(gap)
     return "\n".join(lines)
 
 
@@ -87,10 +105,12 @@ def build_critic_messages(
     system_prompt: str = DEFAULT_CRITIC_SYSTEM_PROMPT,
     omitted: int = 0,
     max_observation_chars: int | None = None,
+    history_turns: int | None = None,
 ) -> list[Message]:
     """The critic's chat: ``[system, user]``.
 
     ``system_prompt`` may contain ``{r_max}``; it is formatted with the query's R_max (compact ``g`` format).
+    ``omitted``, ``max_observation_chars`` and ``history_turns``: see :func:`condense_history`.
     """
     r_max_text = f"{query.r_max:g}"
     system = system_prompt.replace("{r_max}", r_max_text)
@@ -101,7 +121,9 @@ def build_critic_messages(
         parts.append(f"Steps left before the episode is cut off: {query.remaining_steps}")
     parts.append(
         "Interaction so far:\n"
-        + condense_history(query.initial_observation, query.history, omitted, max_observation_chars)
+        + condense_history(
+            query.initial_observation, query.history, omitted, max_observation_chars, history_turns
+        )
     )
     if query.privileged_state:
         parts.append(f"Now (hidden from the agent): {query.privileged_state}")

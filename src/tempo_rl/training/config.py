@@ -168,6 +168,17 @@ class SamplingConfig(_Model):
     critic_temperature: float = Field(default=1.0, gt=0.0)
     critic_max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per critic estimate")
     critic_max_prompt_tokens: int = Field(default=8192, ge=16)
+    critic_history_turns: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "show the generative critic only the last this many (action, observation) turns of the "
+            "interaction, besides the initial observation (None: all; 1: the last action and the current "
+            "observation). For an env whose current observation and privileged state describe the state, older "
+            "turns only cost prefill and offer the critic features that do not decide the value "
+            "(docs/results.md, knights)"
+        ),
+    )
     critic_answer_prefix: str = Field(
         default="",
         description=(
@@ -379,6 +390,16 @@ class OptimConfig(_Model):
     """Adam (PyTRIO names), the policy loss and how a batch is split into ``forward_backward`` calls."""
 
     learning_rate: float = Field(default=1e-6, gt=0.0)
+    critic_learning_rate: float | None = Field(
+        default=None,
+        gt=0.0,
+        description=(
+            "Adam's step size for the generative critic's own weights (tempo.critic_weights = 'own'): its "
+            "Datums carry a log-loss on one answer token, not the actor's policy gradient, so the two need not "
+            "share a step size; None = learning_rate. Measured in docs/results.md ('knights: the critic's "
+            "own step size')"
+        ),
+    )
     beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
     beta2: float = Field(default=0.95, ge=0.0, lt=1.0)
     eps: float = Field(
@@ -606,6 +627,13 @@ class TrainConfig(_Model):
                 "tempo.critic_weights = 'own' trains a second copy of the model as the generative critic; it "
                 f"needs backend.kind = 'local' (got {self.backend.kind!r}) and tempo.critic = 'generative' "
                 f"(got {t.critic!r}): set tempo.critic_weights = 'shared'"
+            )
+        if self.optim.critic_learning_rate is not None and t.critic_weights != "own":
+            raise ValueError(
+                "optim.critic_learning_rate is the step size of the critic's own weights, but "
+                f"tempo.critic_weights = {t.critic_weights!r}: one model answers as actor and critic and takes "
+                "one step size (optim.learning_rate); set tempo.critic_weights = 'own' or drop "
+                "optim.critic_learning_rate"
             )
         if t.warmup_replay and (self.sampling.critic_answer != "expected" or t.critic != "generative"):
             raise ValueError(

@@ -239,6 +239,7 @@ def build_trainer(
         chat,
         s.critic_params((int(eos),) if eos is not None else None),
         max_prompt_tokens=s.critic_max_prompt_tokens,
+        history_turns=s.critic_history_turns,
         answer_prefix=s.critic_answer_prefix,
         answer=s.critic_answer,
         levels=config.warmstart.critic_format_levels,

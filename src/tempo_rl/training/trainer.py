@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -660,9 +660,12 @@ class MacroStepTrainer(abc.ABC):
 
     # ---------------------------------------------------------------------------------------------- training
 
-    def adam_params(self) -> AdamParams:
-        """Adam settings from ``config.optim``."""
-        return AdamParams.of(self.config.optim)
+    def adam_params(self, critic: bool = False) -> AdamParams:
+        """Adam settings from ``config.optim``; with ``critic`` (the critic's own weights) its step size is
+        ``optim.critic_learning_rate`` where set."""
+        params = AdamParams.of(self.config.optim)
+        lr = self.config.optim.critic_learning_rate
+        return replace(params, learning_rate=lr) if critic and lr is not None else params
 
     def loss_config(self) -> dict[str, float] | None:
         """``loss_fn_config`` for PPO (ratio bounds); None for importance sampling."""
@@ -738,7 +741,8 @@ class MacroStepTrainer(abc.ABC):
             stepped: list[TrainingClient] = []
             for client, part in parts:
                 if part:
-                    part_loss, part_steps = self.optimise(client, part, wanted)
+                    params = self.adam_params(critic=client is own)
+                    part_loss, part_steps = self.optimise(client, part, wanted, params)
                     loss, steps = loss + part_loss, steps + part_steps
                     stepped.append(client)
             if self.c.training_client in stepped:
@@ -756,9 +760,12 @@ class MacroStepTrainer(abc.ABC):
             timer.add("training", time.perf_counter() - t0)
         return metrics
 
-    def optimise(self, client: TrainingClient, datums: Sequence[Datum], substeps: int) -> tuple[float, int]:
-        """``min(substeps, len(datums))`` optimiser steps of ``client`` on ``datums`` dealt round-robin into as
-        many minibatches, each through chunked ``forward_backward`` calls; returns (summed loss, steps)."""
+    def optimise(
+        self, client: TrainingClient, datums: Sequence[Datum], substeps: int, params: AdamParams
+    ) -> tuple[float, int]:
+        """``min(substeps, len(datums))`` optimiser steps (Adam ``params``) of ``client`` on ``datums`` dealt
+        round-robin into as many minibatches, each through chunked ``forward_backward`` calls; returns (summed
+        loss, steps)."""
         chunk = self.config.optim.chunk_datums
         steps = min(substeps, len(datums))
         loss = 0.0
@@ -768,7 +775,7 @@ class MacroStepTrainer(abc.ABC):
                 for i in range(0, len(batch), chunk):
                     out = client.forward_backward(batch[i : i + chunk], loss_fn, loss_config)
                     loss += float(out.loss)
-            client.optim_step(self.adam_params())
+            client.optim_step(params)
         return loss, steps
 
     def copy_policy_to_critic(self) -> None:
