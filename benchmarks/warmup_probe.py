@@ -19,7 +19,8 @@ What can change (each only for this run, never the benchmark's table): ``--set K
 H, 2H, ...), ``--demo-episodes`` (the warm start's demo games), ``--temperature`` (the actor's sampling
 temperature in the warm-up and the probe; the warm start's evaluation keeps the env's ``eval_temperature``),
 ``--warmup-updates`` (the critic's warm-up; the arm: 4 updates), ``--warmup-games`` (games per warm-up
-update), ``--probe-rollouts`` (M).
+update), ``--probe-rollouts`` (M), ``--critic-learning-rate`` (the critic's own step size, ``actor``: the
+actor's) and ``--critic-history-turns`` (the turns its prompt shows, ``all``: the whole history).
 
 Prints ONE JSON line: the setting, and per seed the warm start's evaluation (success, invalid actions per
 episode), each warm-up update's ``warmup/success_rate`` and ``critic/value_corr``, and the probe's figures; then
@@ -29,7 +30,9 @@ Measured 2026-12-05 (fifth stop) on knights: ``docs/results.md``, "knights' desi
 knights (the actor at 0.5, 512 demo games, H = 2, 8 warm-up games, the conflict note) is now the benchmark's, and
 the fifth stop's settings need ``--temperature 1.0 --demo-episodes 96 --macro-rounds 4 --warmup-games 4`` (the
 env's note stays on). Since the seventh stop knights' probe reads V_pi from 32 rollouts per state; the earlier
-rows used 8 (``--probe-rollouts 8``). Usage::
+rows used 8 (``--probe-rollouts 8``). Since the ninth stop (2026-12-06) knights' critic steps at 3e-3, sees the
+last turn only and warms up on 16 games per update; the seventh stop's critic needs ``--critic-learning-rate
+actor --critic-history-turns all --warmup-games 8`` (``docs/results.md``). Usage::
 
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2      # the benchmark's knights
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2 \
@@ -67,10 +70,13 @@ def env_setting(
     demo_episodes: int | None = None,
     warmup_games: int | None = None,
     probe_rollouts: int | None = None,
+    critic: Mapping[str, Any] | None = None,
 ) -> Any:
     """The mechanism benchmark's setting of env ``name`` (``ENVS``, or ``QUICK_ENVS`` with ``quick``) with
     ``kwargs`` over its env kwargs and, where given, T, H, the warm start's demo games, the generative arm's
-    games per warm-up update and the probe's rollouts per state replaced."""
+    games per warm-up update and the probe's rollouts per state replaced; ``critic`` replaces the setting's
+    ``critic_learning_rate`` and ``critic_history_turns`` it names (a None value: the actor's step size, the
+    whole history)."""
     import mechanism
 
     table = mechanism.QUICK_ENVS if quick else mechanism.ENVS
@@ -85,6 +91,11 @@ def env_setting(
         demo_episodes=env.demo_episodes if demo_episodes is None else demo_episodes,
         warmup_games=env.warmup_games if warmup_games is None else warmup_games,
         probe_rollouts=env.probe_rollouts if probe_rollouts is None else probe_rollouts,
+        **{
+            k: (critic or {})[k]
+            for k in ("critic_learning_rate", "critic_history_turns")
+            if k in (critic or {})
+        },
     )
 
 
@@ -210,6 +221,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="M, V_pi's rollouts per probe state (default: the benchmark's)",
     )
+    ap.add_argument(
+        "--critic-learning-rate",
+        default=None,
+        help="the critic's own step size, or 'actor' for the actor's (default: the benchmark's)",
+    )
+    ap.add_argument(
+        "--critic-history-turns",
+        default=None,
+        help="the turns the critic is shown, or 'all' (default: the benchmark's)",
+    )
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--work", type=Path, default=Path("runs/mechanism-work"), help="the benchmark's cache")
     ap.add_argument("--quick", action="store_true", help="the benchmark's quick scale, seed 0: a smoke run")
@@ -229,6 +250,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             ) from None
     if args.quick:
         args.seeds = [0]
+    critic: dict[str, Any] = {}
+    try:
+        if args.critic_learning_rate is not None:
+            lr = args.critic_learning_rate
+            critic["critic_learning_rate"] = None if lr == "actor" else float(lr)
+        if args.critic_history_turns is not None:
+            turns = args.critic_history_turns
+            critic["critic_history_turns"] = None if turns == "all" else int(turns)
+    except ValueError as err:
+        raise SystemExit(
+            "--critic-learning-rate takes a number or 'actor', --critic-history-turns an integer or 'all' "
+            f"({err})"
+        ) from None
     env = env_setting(
         args.env,
         args.quick,
@@ -238,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.demo_episodes,
         args.warmup_games,
         args.probe_rollouts,
+        critic,
     )
     scale = mechanism.QUICK if args.quick else mechanism.FULL
     args.work.mkdir(parents=True, exist_ok=True)
@@ -262,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "H": env.macro_rounds,
         "demo_episodes": env.demo_episodes,
         "warmup_games": env.warmup_games,
+        "critic_learning_rate": env.critic_learning_rate,
+        "critic_history_turns": env.critic_history_turns,
         "temperature": args.temperature,
         "warmup_updates": scale.warmup_updates if args.warmup_updates is None else args.warmup_updates,
         "probe_rollouts": mechanism.probe_rollouts(env, scale),

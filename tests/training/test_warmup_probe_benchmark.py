@@ -36,7 +36,16 @@ def test_env_setting_overrides_only_what_it_is_given() -> None:
         changed.warmup_games,
         changed.probe_rollouts,
     ) == (24, 4, 96, 4, 8)
-    assert (base.macro_rounds, base.demo_episodes, base.warmup_games, base.probe_rollouts) == (2, 512, 8, 32)
+    assert (base.macro_rounds, base.demo_episodes, base.warmup_games, base.probe_rollouts) == (2, 512, 16, 32)
+    assert (base.critic_learning_rate, base.critic_history_turns) == (3e-3, 1)
+    assert (changed.critic_learning_rate, changed.critic_history_turns) == (3e-3, 1)
+    # the seventh stop's critic: the actor's step size, the whole history
+    old = probe.env_setting(
+        "knights", False, {}, critic={"critic_learning_rate": None, "critic_history_turns": None}
+    )
+    assert (old.critic_learning_rate, old.critic_history_turns, old.warmup_games) == (None, None, 16)
+    half = probe.env_setting("knights", False, {}, critic={"critic_history_turns": 3})
+    assert (half.critic_learning_rate, half.critic_history_turns) == (3e-3, 3)
     assert changed.arms == base.arms and changed.eval_temperature == base.eval_temperature
     # the benchmark's own table, the module the tool reads it from, is untouched
     assert importlib.import_module("mechanism").ENVS["knights"].kwargs == base.kwargs
@@ -79,11 +88,21 @@ def test_a_set_without_json_names_the_fix() -> None:
             probe.main(["--set", bad, "--work", "unused"])
 
 
+def test_a_bad_critic_design_flag_names_the_fix() -> None:
+    for flag, bad in (("--critic-learning-rate", "fast"), ("--critic-history-turns", "last")):
+        with pytest.raises(
+            SystemExit, match="a number or 'actor', --critic-history-turns an integer or 'all'"
+        ):
+            probe.main([flag, bad, "--work", "unused"])
+
+
 def test_quick_run_prints_the_warm_up_and_the_probe(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the warm-up trains the local backend's model (torch)")
     args = ("--quick", "--work", str(tmp_path), "--set", "max_steps=6", "--temperature", "0.7")
     args += ("--warmup-updates", "2", "--probe-rollouts", "3")
+    args += ("--critic-learning-rate", "0.002", "--critic-history-turns", "1")
     figures = run_benchmark("warmup_probe.py", *args)
+    assert (figures["critic_learning_rate"], figures["critic_history_turns"]) == (0.002, 1)
     assert figures["benchmark"] == "warmup_probe" and figures["env"] == "knights"
     assert figures["kwargs"]["max_steps"] == 6 and figures["temperature"] == 0.7
     row = figures["seed0"]
