@@ -396,8 +396,8 @@ class OptimConfig(_Model):
         description=(
             "Adam's step size for the generative critic's own weights (tempo.critic_weights = 'own'): its "
             "Datums carry a log-loss on one answer token, not the actor's policy gradient, so the two need not "
-            "share a step size; None = learning_rate. Measured in docs/results.md ('knights: the critic's "
-            "own step size')"
+            "share a step size; None = learning_rate. Measured on the benchmark's knights (docs/results.md, "
+            "ninth stop)"
         ),
     )
     beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
