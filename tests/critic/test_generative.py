@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tempo_rl.backends.types import SampledSequence, SampleResult, SamplingParams
 from tempo_rl.critic import (
@@ -21,7 +23,7 @@ from tempo_rl.critic import (
     endpoint_value,
     status_counts,
 )
-from tempo_rl.critic.prompt import kept_turns
+from tempo_rl.critic.prompt import condense_history, kept_turns, shown_turns
 
 
 def word_renderer(messages: Sequence[dict[str, str]]) -> list[int]:
@@ -290,3 +292,29 @@ def test_answer_prefix_ends_the_prompt_and_is_read_before_the_completion() -> No
     )
     with pytest.raises(TypeError, match="answer_prefix='<value>' needs a renderer that can encode text"):
         GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=100, answer_prefix="<value>")
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 12), window=st.one_of(st.none(), st.integers(0, 14)), data=st.data())
+def test_a_window_shows_the_last_turns_in_order_with_every_hidden_step_named(
+    n: int, window: int | None, data: st.DataObject
+) -> None:
+    """Any history, window and omission: the Step lines shown are the window's last turns minus the omitted middle
+    ones, numbered as in the episode, and the hidden and omitted steps are named by exactly the lines that say so."""
+    history = [(f"act {i}", f"obs {i}") for i in range(n)]
+    shown = shown_turns(n, window)
+    omitted = data.draw(st.integers(0, shown))
+    text = condense_history("start", history, omitted, history_turns=window)
+    steps = [
+        int(line.split(".")[0].removeprefix("Step ")) for line in text.splitlines() if line.startswith("Step")
+    ]
+    start = n - shown
+    head, tail = kept_turns(shown, omitted)
+    assert steps == [start + i + 1 for i in range(head)] + list(range(n - tail + 1, n + 1))
+    assert (f"[... steps 1-{start} not shown ...]" in text) == (start > 0)
+    assert ("omitted to fit the prompt budget" in text) == (omitted > 0)
+    if omitted:  # the gap names the steps between the kept head and tail
+        assert f"[... steps {start + head + 1}-{start + head + omitted} omitted" in text
+        assert start + head + omitted == n - tail
+    if window is None or window >= n:
+        assert text == condense_history("start", history, omitted)
