@@ -91,11 +91,7 @@ def env_setting(
         demo_episodes=env.demo_episodes if demo_episodes is None else demo_episodes,
         warmup_games=env.warmup_games if warmup_games is None else warmup_games,
         probe_rollouts=env.probe_rollouts if probe_rollouts is None else probe_rollouts,
-        **{
-            k: (critic or {})[k]
-            for k in ("critic_learning_rate", "critic_history_turns")
-            if k in (critic or {})
-        },
+        **(critic or {}),
     )
 
 
