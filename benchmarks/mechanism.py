@@ -129,7 +129,9 @@ class EnvSetting:
     warm-up updates play ``warmup_games`` games each (None: the scale's ``warmup_games``), and its value probe
     reads V_pi from ``probe_rollouts`` rollouts per state (None: the scale's; :func:`probe_rollouts`). The
     generative critic steps at ``critic_learning_rate`` (``optim.critic_learning_rate``; None: the actor's),
-    is shown the last ``critic_history_turns`` turns (``sampling.critic_history_turns``; None: all)."""
+    is shown the last ``critic_history_turns`` turns (``sampling.critic_history_turns``; None: all). The warm
+    start's step size cools down over the last ``warmstart_cooldown`` share of its steps
+    (``warmstart.cooldown``)."""
 
     name: str
     kwargs: Mapping[str, Any]
@@ -144,6 +146,7 @@ class EnvSetting:
     probe_rollouts: int | None = None
     critic_learning_rate: float | None = None
     critic_history_turns: int | None = None
+    warmstart_cooldown: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -278,6 +281,9 @@ def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSe
         demo_kwargs={"lock_colour": "independent"},
         eval_temperature=1.0,
         demo_episodes=demo_episodes,
+        critic_learning_rate=3e-3,
+        critic_history_turns=1,
+        warmstart_cooldown=1 / 3,
     )
 
 
@@ -458,6 +464,7 @@ def make_config(
                 # walkthrough 227 of keydoor's 256 demos stopped before the first lock (docs/results.md)
                 "expert": "recovering",
                 "learning_rate": 3e-3,
+                "cooldown": env.warmstart_cooldown,
                 "batch_size": 4,
                 "critic_format_share": 1.0,
                 "critic_format_levels": 2,

@@ -462,7 +462,8 @@ def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp
     macro-steps of 2 rounds; only the generative arm warms its critic up, on 16 games per update, at a critic step
     size of its own (3e-3; every actor's stays 1e-3); every arm's critic prompt shows the last turn only (the
     warm start, shared by the arms, renders it for its critic-format examples). keydoor_rule keeps the scale's
-    warm-up games, the actor's step size and the whole history, and samples at 1.0."""
+    warm-up games and samples at 1.0; its critic steps at 3e-3 and reads the last turn too, and its warm start
+    cools down over its last epoch (knights' does not)."""
     knights = mech.ENVS["knights"]
     for arm in knights.arms:
         c = mech.make_config(knights, mech.FULL, 0, arm, tmp_path / arm, tmp_path / "tok")
@@ -484,7 +485,15 @@ def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp
     assert (
         rule.sampling.temperature == 1.0 and rule.tempo.warmup_games_per_batch == mech.FULL.warmup_games == 4
     )
-    assert rule.optim.critic_learning_rate is None and rule.sampling.critic_history_turns is None
+    assert rule.optim.critic_learning_rate == 3e-3 and rule.sampling.critic_history_turns == 1
+    assert rule.optim.learning_rate == 1e-3 and rule.warmstart.epochs == 3
+    assert rule.warmstart.cooldown == pytest.approx(1 / 3)
+    grpo = mech.make_config(mech.ENVS["keydoor_rule"], mech.FULL, 0, "grpo", tmp_path / "r", tmp_path / "tok")
+    assert grpo.optim.critic_learning_rate is None and grpo.warmstart.cooldown == pytest.approx(1 / 3)
+    assert (
+        mech.make_config(knights, mech.FULL, 0, "grpo", tmp_path / "k", tmp_path / "tok").warmstart.cooldown
+        == 0
+    )
 
 
 def test_the_probe_reads_knights_values_from_32_rollouts_and_the_others_from_the_scales() -> None:

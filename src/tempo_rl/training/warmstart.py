@@ -26,14 +26,17 @@ a variant whose expert's choices carry no preference the RL task rewards):
 
 Loss: ``cross_entropy`` with weight 1 on the expert's tool-call tokens (and the EOS that ends the turn) and on the
 critic's answer tokens, 0 elsewhere; Adam with ``warmstart.learning_rate``, one ``optim_step`` per batch of
-``warmstart.batch_size`` Datums, ``warmstart.epochs`` passes.
+``warmstart.batch_size`` Datums, ``warmstart.epochs`` passes; with ``warmstart.cooldown`` > 0 the step size falls
+linearly over that last share of the steps (:func:`cooldown_learning_rate`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,7 +54,7 @@ from tempo_rl.training.env_calls import GuardedEnvCalls
 if TYPE_CHECKING:  # pragma: no cover
     from tempo_rl.training.trainer import MacroStepTrainer
 
-__all__ = ["demonstration_datums", "warm_start"]
+__all__ = ["cooldown_learning_rate", "demonstration_datums", "warm_start"]
 
 
 def demonstration_datums(
@@ -238,6 +241,26 @@ def balance_actions(datums: list[Datum]) -> list[Datum]:
     return out
 
 
+def cooldown_learning_rate(step: int, total: int, learning_rate: float, cooldown: float) -> float:
+    """The warm start's step size at optimiser step ``step`` (0-based) of ``total``: constant, then a linear
+    cool-down over the last ``c = ceil(cooldown * total)`` steps::
+
+        lr_k = learning_rate                                  for k <  total - c
+        lr_k = learning_rate * (total - k) / (c + 1)          for k >= total - c
+
+    so the last step takes ``learning_rate / (c + 1)`` and none takes 0. ``cooldown = 0``: constant.
+
+    Why: a token the demonstrations leave undecided (KeyDoor's key colour, when the locks are drawn apart from
+    the signs) has no gradient pulling it to a point; at a constant Adam step size it ends wherever the last
+    steps' noise left it. The cool-down shrinks those last steps (``docs/results.md``)."""
+    if not 0 <= step < total:
+        raise ValueError(f"step {step} outside 0..{total - 1}")
+    c = math.ceil(cooldown * total)
+    if step < total - c:
+        return learning_rate
+    return learning_rate * (total - step) / (c + 1)
+
+
 def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     """Run the supervised warm start (see the module docstring); returns ``warmstart/*`` metrics.
 
@@ -275,6 +298,7 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     )
     losses: list[float] = []
     steps = 0
+    total = ws.epochs * -(-len(datums) // ws.batch_size)
     for _ in range(ws.epochs):
         order = trainer.rng.permutation(len(datums))
         for b in range(0, len(order), ws.batch_size):
@@ -282,7 +306,8 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
             out = trainer.c.training_client.forward_backward(batch, "cross_entropy", None)
             tokens = sum(float(np.sum(d.loss_fn_inputs["weights"])) for d in batch)
             losses.append(float(out.loss) / max(tokens, 1.0))
-            trainer.c.training_client.optim_step(adam)
+            lr = cooldown_learning_rate(steps, total, ws.learning_rate, ws.cooldown)
+            trainer.c.training_client.optim_step(replace(adam, learning_rate=lr))
             steps += 1
     trainer.state.policy_version += 1
     trainer.c.sampler = trainer.c.training_client.save_weights_and_get_sampling_client(
