@@ -17,7 +17,10 @@ the signed corridor):
   shared warm start imitates 256 demonstration games whose locks are drawn apart from their signs
   (``warmstart.env_kwargs``), so it clones no key preference: a rule the 2-layer model can represent, learnt
   from reward alone (the signed choice above needs an attention circuit it does not form within the budget, even
-  with the oracle). Evaluated at the sampling temperature (1.0): the policy RL trains (see ``keydoor_rule``);
+  with the oracle). Evaluated at the sampling temperature (1.0): the policy RL trains (see ``keydoor_rule``).
+  Since 2026-12-06 (tenth stop) its warm start's step size cools down over the last of its 3 epochs
+  (``warmstart.cooldown``), and its generative critic is knights': 3e-3, the last turn only (with the whole
+  history, 2 of 5 seeds ended the warm-up at 0.27 and 0.39 against V_pi; ``docs/results.md``);
 * ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, the verdict only when all 3 are
   placed (``feedback = "final"``). Since 2026-12-05 (sixth stop; ``docs/results.md``): H = 2; every arm's actor
   samples and is evaluated at 0.5, from a warm start on 512 demo games (at 1.0 the 2-layer actor played
@@ -47,7 +50,7 @@ generative critic: its oracle is 1 from almost every state, so a noisy oracle ha
 * ``generative``: TEMPO's own critic (the model prompted for ``<value>``), with its critic warm-up: since
   2026-12-05 on weights of its own (copied from the warm start), offered every round of 4 warm-up updates of 4
   games (knights: 16), each update training every earlier one's examples again (:func:`generative_critic_design`;
-  knights' critic at a step size of its own, 3e-3, and shown the last turn only), then TD.
+  the critic at a step size of its own, 3e-3, and shown the last turn only), then TD.
   After the warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the critic's own
   values (the ones TD bootstraps from) on 8 held-out games' states against their single returns and against
   the policy's values V_pi (8 rollouts each; knights 32 since its seventh stop of 2026-12-05, :func:`probe_rollouts`).
@@ -273,7 +276,14 @@ def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSe
     0-4, 2026-12-02, third stop; ``docs/results.md``): the steps wasted on inadmissible actions per evaluation
     episode at temperature 0.3 were 2.4 / 9.9 / 18.3 / 0.0 / 28.4 with 96 games and 10.4 / 0.8 / 0.5 / 0.9 / 5.1
     with 256 (the walk has 6 spare steps; those runs were not reproduced by the code since, see
-    ``docs/results.md``). Reward stays only at the exit: no invalid-action penalty."""
+    ``docs/results.md``). Reward stays only at the exit: no invalid-action penalty.
+
+    Since 2026-12-06 (tenth stop): the warm start cools its step size down over its last epoch. At a constant
+    3e-3, 2 of 5 warm starts on one machine took the right (blue) key in only 26-31% of key choices, the others
+    53-59%: the demos leave the colour undecided, so it ends where the last Adam steps left it. Cooled, those
+    two took 36% and 55%. Its generative critic steps at 3e-3 and reads the last turn, as knights' does: at the
+    actor's 1e-3 with the whole history it scored -0.03 to 0.38 against V_pi on 3 of 3 seeds measured on that
+    machine, and at 3e-3 with the whole history 0.27 and 0.39 on 2 of 5 (``docs/results.md``)."""
     return replace(
         setting,
         kwargs={**setting.kwargs, "lock_colour": "blue"},
