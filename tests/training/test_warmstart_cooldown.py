@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_warmstart_expert import CONFIG
 
 from tempo_rl.training.config import ConfigError, load_config
 from tempo_rl.training.warmstart import cooldown_learning_rate
@@ -54,42 +55,14 @@ def test_cooldown_never_rises_stays_positive_and_cools_its_share(
     assert cooled == math.ceil(cooldown * total)
 
 
-CONFIG = """
-algorithm = "tempo"
-
-[env]
-name = "keydoor"
-kwargs = { horizon = 12, keys = 1, colours = 2, clue_gap = 0, lock_gap = 1, clue_at_key = true }
-
-[backend]
-kind = "local"
-hidden_size = 16
-num_layers = 1
-num_heads = 2
-vocab_size = 512
-max_positions = 2048
-
-[tempo]
-max_rounds = 12
-macro_rounds = 4
-
-[sampling]
-max_tokens = 24
-critic_max_prompt_tokens = 300
-max_trajectory_tokens = 2000
-
-[warmstart]
-enabled = true
-episodes = 3
-epochs = 2
-batch_size = 2
-learning_rate = 0.01
-cooldown = 0.5
-critic_format_share = 0.0
-
-[run]
-console = false
-"""
+# test_warmstart_expert's KeyDoor config (T = 48), with a warm start of 3 demos in batches of 2 for 2 epochs
+OVERRIDES = [
+    "warmstart.episodes=3",
+    "warmstart.epochs=2",
+    "warmstart.batch_size=2",
+    "warmstart.learning_rate=0.01",
+    "warmstart.cooldown=0.5",
+]
 
 
 def test_warm_start_steps_at_the_cooled_rates(tmp_path: Path) -> None:
@@ -101,7 +74,7 @@ def test_warm_start_steps_at_the_cooled_rates(tmp_path: Path) -> None:
 
     path = tmp_path / "cfg.toml"
     path.write_text(CONFIG)
-    trainer = build_trainer(load_config(path), tmp_path / "run")
+    trainer = build_trainer(load_config(path, OVERRIDES), tmp_path / "run")
     client = trainer.c.training_client
     seen: list[float] = []
     step = client.optim_step
@@ -119,7 +92,7 @@ def test_warm_start_steps_at_the_cooled_rates(tmp_path: Path) -> None:
 def test_cooldown_is_a_share(tmp_path: Path) -> None:
     path = tmp_path / "cfg.toml"
     path.write_text(CONFIG)
-    assert load_config(path).warmstart.cooldown == 0.5
-    assert load_config(path, ["warmstart.cooldown=0"]).warmstart.cooldown == 0.0
+    assert load_config(path).warmstart.cooldown == 0.0  # the library default: a constant step size
+    assert load_config(path, OVERRIDES).warmstart.cooldown == 0.5
     with pytest.raises(ConfigError, match="cooldown"):
         load_config(path, ["warmstart.cooldown=1.5"])
