@@ -487,9 +487,9 @@ class WarmStartConfig(_Model):
         description=(
             "share of the warm start's optimiser steps, at the end, over which the step size falls linearly "
             "from learning_rate towards 0 (tempo_rl.training.warmstart.cooldown_learning_rate); 0: constant. "
-            "A token the demos leave undecided (KeyDoor's key colour under independent locks) otherwise ends "
-            "where the last few Adam steps pushed it: 26-31% right keys on 2 of 5 seeds, 53-59% on the others "
-            "(docs/results.md)"
+            "A choice the demos leave undecided (KeyDoor's key colour under independent locks) otherwise ends "
+            "where the last Adam steps pushed it: 26-31% right keys on 2 of 5 seeds, 53-59% on the others; "
+            "cooling the last third balanced one of the two (docs/results.md)"
         ),
     )
     balance_actions: bool = Field(
