@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_warmstart_expert import CONFIG
 
 from tempo_rl.training.config import ConfigError, load_config
 from tempo_rl.training.warmstart import cooldown_learning_rate
@@ -55,7 +54,7 @@ def test_cooldown_never_rises_stays_positive_and_cools_its_share(
     assert cooled == math.ceil(cooldown * total)
 
 
-# test_warmstart_expert's KeyDoor config (T = 48), with a warm start of 3 demos in batches of 2 for 2 epochs
+# over test_warmstart_expert's KeyDoor config (T = 48; that module needs torch, so it is imported where used): a warm start of 3 demos in batches of 2 for 2 epochs
 OVERRIDES = [
     "warmstart.episodes=3",
     "warmstart.epochs=2",
@@ -69,6 +68,8 @@ def test_warm_start_steps_at_the_cooled_rates(tmp_path: Path) -> None:
     """3 demos in batches of 2, 2 epochs: 4 optimiser steps, the last 2 cooled: 0.01, 0.01, 0.01 * 2/3,
     0.01 * 1/3."""
     pytest.importorskip("torch")
+    from test_warmstart_expert import CONFIG
+
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import warm_start
 
@@ -90,6 +91,9 @@ def test_warm_start_steps_at_the_cooled_rates(tmp_path: Path) -> None:
 
 
 def test_cooldown_is_a_share(tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # test_warmstart_expert needs it
+    from test_warmstart_expert import CONFIG
+
     path = tmp_path / "cfg.toml"
     path.write_text(CONFIG)
     assert load_config(path).warmstart.cooldown == 0.0  # the library default: a constant step size

@@ -300,7 +300,7 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     )
     losses: list[float] = []
     steps = 0
-    total = ws.epochs * -(-len(datums) // ws.batch_size)
+    total = ws.epochs * math.ceil(len(datums) / ws.batch_size)  # the optimiser steps the loops below take
     for _ in range(ws.epochs):
         order = trainer.rng.permutation(len(datums))
         for b in range(0, len(order), ws.batch_size):
