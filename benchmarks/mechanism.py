@@ -178,8 +178,9 @@ class Scale:
     max_tokens: int
     max_trajectory_tokens: int
     # the generative critic's prompt budget (sampling.critic_max_prompt_tokens): the quick scale's 400-token
-    # vocabulary writes even a prompt with every turn omitted in about 805 tokens
-    critic_max_prompt_tokens: int = 768
+    # vocabulary writes even a prompt with every turn omitted in about 805 tokens. 832 since 2026-12-06
+    # (eleventh stop): keydoor_rule's prompts with its lock note reach 769 tokens (736 without), knights' 528
+    critic_max_prompt_tokens: int = 832
     # the generative arm's warm-up: optimiser steps per update (tempo.warmup_substeps) and its critic states
     # every ``warmup_state_stride`` rounds (tempo.warmup_state_stride)
     warmup_substeps: int = 32
@@ -286,7 +287,7 @@ def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSe
     machine, and at 3e-3 with the whole history 0.27 and 0.39 on 2 of 5 (``docs/results.md``)."""
     return replace(
         setting,
-        kwargs={**setting.kwargs, "lock_colour": "blue"},
+        kwargs={**setting.kwargs, "lock_colour": "blue", "state_note": True},
         arms=tuple(ARMS),
         demo_kwargs={"lock_colour": "independent"},
         eval_temperature=1.0,

@@ -322,6 +322,7 @@ def test_keydoor_rule_rewards_blue_keys_and_demonstrates_random_ones(tmp_path: P
     for table in (mech.ENVS, mech.QUICK_ENVS):
         env = table["keydoor_rule"]
         assert env.kwargs["lock_colour"] == "blue" and env.kwargs["keys"] >= 2
+        assert env.kwargs["state_note"] is True  # the critic reads the lock note (the actor never does)
         assert env.demo_kwargs == {"lock_colour": "independent"}
         cfgs = [
             mech.make_config(env, mech.FULL, 0, arm, tmp_path / arm, tmp_path / "tok") for arm in env.arms
@@ -339,7 +340,11 @@ def test_keydoor_rule_rewards_blue_keys_and_demonstrates_random_ones(tmp_path: P
     )
     assert quick.warmstart.episodes == mech.QUICK.warmstart_episodes
     keydoor = mech.ENVS["keydoor"]
-    assert keydoor.demo_kwargs == {} and "lock_colour" not in keydoor.kwargs
+    assert (
+        keydoor.demo_kwargs == {}
+        and "lock_colour" not in keydoor.kwargs
+        and "state_note" not in keydoor.kwargs
+    )
     plain = mech.make_config(keydoor, mech.FULL, 0, "grpo", tmp_path / "k", tmp_path / "tok")
     assert plain.warmstart.episodes == mech.FULL.warmstart_episodes
 
@@ -519,3 +524,48 @@ def test_from_results_reads_the_default_plans_assembled_results(tmp_path: Path, 
     assert line["wall_s"] is None
     for key in ("keydoor_rule/auc_oracle_minus_grpo", "knights/generative/warmup_probe_corr_v_vpi"):
         assert line[key] == recorded[key]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_keydoor_rules_prompts_with_the_lock_note_fit_the_critics_budget(tmp_path: Path) -> None:
+    """Every critic prompt of ``keydoor_rule`` (the last turn, the layout and the lock note) fits the full
+    scale's budget on random play: a prompt over it has no value (NaN: its state is dropped from the warm-up
+    and its branch from TD). With the 768-token budget of before the note, the longest reached 769 tokens."""
+    pytest.importorskip("torch", reason="the critic renders its prompt with the local backend's chat")
+    import random
+
+    from tempo_rl.critic.base import CriticQuery
+    from tempo_rl.envs.keydoor import KeyDoorEnv
+    from tempo_rl.training.run import build_trainer
+
+    env_setting, scale = mech.ENVS["keydoor_rule"], mech.FULL
+    tok_dir = mech.build_env_tokenizer(env_setting, scale, tmp_path)
+    cfg = mech.make_config(env_setting, scale, 0, "generative", tmp_path / "run", tok_dir)
+    trainer = build_trainer(cfg, tmp_path / "run")
+    try:
+        critic, env, rng = trainer.c.critic, KeyDoorEnv(**env_setting.kwargs), random.Random(0)
+        longest: dict[str, int] = {}
+        for seed in range(20):
+            first = obs = env.reset(seed=seed)
+            history: list[tuple[str, str]] = []
+            while obs.admissible_actions:
+                action = rng.choice(obs.admissible_actions)
+                obs = env.step(action).observation
+                history.append((action, obs.text))
+                if obs.privileged_state is None:
+                    break
+                query = CriticQuery(
+                    task="Reach the exit at the end of the corridor.",
+                    history=list(history),
+                    initial_observation=first.text,
+                    privileged_info=env.privileged_info(),
+                    privileged_state=obs.privileged_state,
+                )
+                prompt, omitted = critic.prompt_tokens(query)
+                assert prompt is not None and omitted == 0
+                longest[obs.privileged_state] = max(longest.get(obs.privileged_state, 0), len(prompt))
+        assert set(longest) >= {"The right keys are still to take.", "The exit is unreachable."}
+        assert max(longest.values()) > 768  # the old budget would have dropped these states
+    finally:
+        mech._close(trainer)

@@ -19,7 +19,9 @@ walkthrough takes about ``horizon - max(3, horizon // 8)`` steps, so there is li
 Actions (2 words): ``go on``, ``go back``, ``take <colour>``, ``open door``. Anything else -> ``"Nothing
 happens."`` (a step is still used). Observations are short templated sentences (< 40 words): the step
 feedback, ``Room r of R.``, the room description, the carried keys and the steps left. Privileged info (critic
-only): the whole layout with the colour each lock needs, and the expert walkthrough.
+only): the whole layout with the colour each lock needs, and the expert walkthrough; with ``state_note`` every
+observation's :attr:`~tempo_rl.envs.Observation.privileged_state` also says whether the keys carried and the key
+rooms left can still open every lock (:meth:`KeyDoorEnv.lock_note`).
 
 Why it is the TEMPO testbed: the probability of success after a random key choice is ``1 / colours`` per lock,
 so random play wins about ``colours ** -keys`` of episodes and trajectory-level GRPO sees mostly all-failure
@@ -87,6 +89,11 @@ class KeyDoorEnv(ReplayableEnv):
             apart from its sign's, so the signs say nothing and the walkthrough's key choices are random:
             demonstrations of the walk with no key preference (e.g. the warm start's games,
             ``warmstart.env_kwargs``, for a fixed colour).
+        state_note: every observation carries a critic-only
+            :attr:`~tempo_rl.envs.Observation.privileged_state` saying what the hidden lock colours make of the
+            carried keys now (:meth:`lock_note`): whether the keys still allow the exit. Default
+            ``False``. The actor never sees it; like knights' conflict note it precomputes, for a small critic,
+            a relation its privileged layout implies.
     """
 
     def __init__(
@@ -98,6 +105,7 @@ class KeyDoorEnv(ReplayableEnv):
         lock_gap: int | None = None,
         clue_at_key: bool = False,
         lock_colour: str = "random",
+        state_note: bool = False,
     ) -> None:
         if not isinstance(horizon, int) or not 12 <= horizon <= 200:
             raise ValueError(f"horizon must be an int in 12..200, got {horizon!r}")
@@ -135,6 +143,8 @@ class KeyDoorEnv(ReplayableEnv):
             )
         if not isinstance(clue_at_key, bool):
             raise ValueError(f"clue_at_key must be true or false, got {clue_at_key!r}")
+        if not isinstance(state_note, bool):
+            raise ValueError(f"state_note must be true or false, got {state_note!r}")
         self.horizon = horizon
         self.keys = keys
         self.colours = colours
@@ -142,6 +152,7 @@ class KeyDoorEnv(ReplayableEnv):
         self.lock_gap = lock_gap
         self.clue_at_key = clue_at_key
         self.lock_colour = lock_colour
+        self.state_note = state_note
         self._plain = plain
         self._seed: int | None = None
         self._rooms: tuple[Room, ...] = ()
@@ -247,6 +258,7 @@ class KeyDoorEnv(ReplayableEnv):
             text=text,
             admissible_actions=None if self._done else self._admissible(),
             info={"task": _TASK, "room": self._room + 1, "steps_left": steps_left},
+            privileged_state=self.lock_note() if self.state_note and not self._done else None,
         )
 
     # ------------------------------------------------------------------ env protocol
@@ -374,6 +386,20 @@ class KeyDoorEnv(ReplayableEnv):
         if self._done:
             return None
         p = self._room
+        closed, deficit, _ = self._key_deficit()
+        untaken = [j for j, r in enumerate(self._rooms) if r.kind == "key" and not self._taken[j]]
+        if deficit > len(untaken):
+            return None
+        ahead = [j for j in untaken if j >= p]
+        behind = sorted((j for j in untaken if j < p), reverse=True)
+        chosen = (ahead + behind)[:deficit]  # ahead first (free), then behind, nearest first
+        q = min(chosen, default=p)
+        exit_room = len(self._rooms) - 1
+        return max(0, p - q) + (exit_room - min(p, q)) + 1 + deficit + closed
+
+    def _key_deficit(self) -> tuple[int, int, int]:
+        """``(|U|, d, u)``: the unopened locks ``U``, how many of them the carried keys do not cover (as
+        multisets of colours) and the untaken key rooms (each offers every colour)."""
         unopened = [j for j, r in enumerate(self._rooms) if r.kind == "lock" and not self._opened[j]]
         spare = list(self._carried)
         deficit = 0
@@ -383,15 +409,28 @@ class KeyDoorEnv(ReplayableEnv):
                 spare.remove(colour)
             else:
                 deficit += 1
-        untaken = [j for j, r in enumerate(self._rooms) if r.kind == "key" and not self._taken[j]]
-        if deficit > len(untaken):
-            return None
-        ahead = [j for j in untaken if j >= p]
-        behind = sorted((j for j in untaken if j < p), reverse=True)
-        chosen = (ahead + behind)[:deficit]  # ahead first (free), then behind, nearest first
-        q = min(chosen, default=p)
-        exit_room = len(self._rooms) - 1
-        return max(0, p - q) + (exit_room - min(p, q)) + 1 + deficit + len(unopened)
+        untaken = sum(1 for j, r in enumerate(self._rooms) if r.kind == "key" and not self._taken[j])
+        return len(unopened), deficit, untaken
+
+    def lock_note(self) -> str:
+        """What the hidden lock colours make of the keys now (privileged: a lock never names its colour), with
+        ``d`` the closed locks the carried keys do not cover and ``u`` the untaken key rooms
+        (:meth:`shortest_exit_steps`), the step limit left aside:
+
+        * no closed lock: ``"Every lock is open."``;
+        * ``d = 0``: ``"The carried keys fit every lock."``;
+        * ``0 < d <= u``: ``"The right keys are still to take."``;
+        * ``d > u``: ``"The exit is unreachable."`` (no key choice left can open every lock).
+
+        Short (at most 17 tokens of the benchmark's tokenizer), so that it fits the critic's prompt budget beside
+        the layout. Whether the agent will take the right keys, and walk to the exit in the steps left, it does
+        not say: that is the value the critic estimates."""
+        closed, d, u = self._key_deficit()
+        if not closed:
+            return "Every lock is open."
+        if d == 0:
+            return "The carried keys fit every lock."
+        return "The right keys are still to take." if d <= u else "The exit is unreachable."
 
     def oracle_value(self, steps_left: int) -> float | None:
         """``V* = 1`` when the exit can be reached within ``min(steps_left, horizon - steps)`` more steps, else
