@@ -54,7 +54,8 @@ def test_cooldown_never_rises_stays_positive_and_cools_its_share(
     assert cooled == math.ceil(cooldown * total)
 
 
-# over test_warmstart_expert's KeyDoor config (T = 48; that module needs torch, so it is imported where used): a warm start of 3 demos in batches of 2 for 2 epochs
+# over test_warmstart_expert's KeyDoor config (T = 48; that module needs torch, so it is imported where used):
+# a warm start of 3 demos in batches of 2 for 2 epochs
 OVERRIDES = [
     "warmstart.episodes=3",
     "warmstart.epochs=2",

@@ -386,8 +386,7 @@ class KeyDoorEnv(ReplayableEnv):
         if self._done:
             return None
         p = self._room
-        closed, deficit, _ = self._key_deficit()
-        untaken = [j for j, r in enumerate(self._rooms) if r.kind == "key" and not self._taken[j]]
+        closed, deficit, untaken = self._key_deficit()
         if deficit > len(untaken):
             return None
         ahead = [j for j in untaken if j >= p]
@@ -397,9 +396,9 @@ class KeyDoorEnv(ReplayableEnv):
         exit_room = len(self._rooms) - 1
         return max(0, p - q) + (exit_room - min(p, q)) + 1 + deficit + closed
 
-    def _key_deficit(self) -> tuple[int, int, int]:
-        """``(|U|, d, u)``: the unopened locks ``U``, how many of them the carried keys do not cover (as
-        multisets of colours) and the untaken key rooms (each offers every colour)."""
+    def _key_deficit(self) -> tuple[int, int, list[int]]:
+        """``(|U|, d, untaken)``: the number of unopened locks ``U``, how many of them the carried keys do not
+        cover (as multisets of colours) and the untaken key rooms (each offers every colour), in order."""
         unopened = [j for j, r in enumerate(self._rooms) if r.kind == "lock" and not self._opened[j]]
         spare = list(self._carried)
         deficit = 0
@@ -409,7 +408,7 @@ class KeyDoorEnv(ReplayableEnv):
                 spare.remove(colour)
             else:
                 deficit += 1
-        untaken = sum(1 for j, r in enumerate(self._rooms) if r.kind == "key" and not self._taken[j])
+        untaken = [j for j, r in enumerate(self._rooms) if r.kind == "key" and not self._taken[j]]
         return len(unopened), deficit, untaken
 
     def lock_note(self) -> str:
@@ -425,12 +424,12 @@ class KeyDoorEnv(ReplayableEnv):
         Short (at most 17 tokens of the benchmark's tokenizer), so that it fits the critic's prompt budget beside
         the layout. Whether the agent will take the right keys, and walk to the exit in the steps left, it does
         not say: that is the value the critic estimates."""
-        closed, d, u = self._key_deficit()
+        closed, d, untaken = self._key_deficit()
         if not closed:
             return "Every lock is open."
         if d == 0:
             return "The carried keys fit every lock."
-        return "The right keys are still to take." if d <= u else "The exit is unreachable."
+        return "The right keys are still to take." if d <= len(untaken) else "The exit is unreachable."
 
     def oracle_value(self, steps_left: int) -> float | None:
         """``V* = 1`` when the exit can be reached within ``min(steps_left, horizon - steps)`` more steps, else
