@@ -179,7 +179,8 @@ class Scale:
     max_trajectory_tokens: int
     # the generative critic's prompt budget (sampling.critic_max_prompt_tokens): the quick scale's 400-token
     # vocabulary writes even a prompt with every turn omitted in about 805 tokens. 832 since 2026-12-06
-    # (eleventh stop): keydoor_rule's prompts with its lock note reach 769 tokens (736 without), knights' 528
+    # (eleventh stop): keydoor_rule's prompts with its lock note reach 769 tokens (736 without; 779 since the
+    # twelfth stop's note counts the spare steps), knights' 528
     critic_max_prompt_tokens: int = 832
     # the generative arm's warm-up: optimiser steps per update (tempo.warmup_substeps) and its critic states
     # every ``warmup_state_stride`` rounds (tempo.warmup_state_stride)
@@ -289,7 +290,10 @@ def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSe
     Since 2026-12-06 (eleventh stop) the env gives the critic its lock note (``state_note``: whether the keys
     carried and the key rooms left still fit every lock; the actor never reads it): without it the critic
     valued the states after a wrong first key at 0.33 on seed 0 (worth 0), and scored 0.425 and 0.404 against
-    V_pi on seeds 0 and 4; with it 0.801 and 0.669, the others 0.989 / 0.991 / 0.845."""
+    V_pi on seeds 0 and 4; with it 0.801 and 0.669, the others 0.989 / 0.991 / 0.845. Since the twelfth stop
+    the note also counts the spare steps (the steps left less the fewest that reach the exit; "unreachable" once
+    they run out): with the old note seed 4's critic valued the states holding the right keys at 0.35-0.57
+    whatever the steps to spare (V_pi, averaged by room, 0 to 0.71), and scored 0.669."""
     return replace(
         setting,
         kwargs={**setting.kwargs, "lock_colour": "blue", "state_note": True},

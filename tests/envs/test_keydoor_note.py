@@ -1,5 +1,5 @@
 """KeyDoor's critic-only lock note (``state_note=True``): pinned on a hand-played ``keydoor_rule`` game, checked
-against the exact reachability count on random play, and kept out of the actor's text."""
+against the exact shortest-exit count on random play, and kept out of the actor's text."""
 
 from __future__ import annotations
 
@@ -18,21 +18,24 @@ def _rule_env(**extra: object) -> KeyDoorEnv:
 
 
 def test_walkthrough_notes() -> None:
+    """Seed 3's walkthrough is 42 steps of the 48: 6 spare steps at every state along it."""
     env = _rule_env(state_note=True)
     obs = env.reset(seed=3)
-    assert obs.privileged_state == "The right keys are still to take."
+    assert len(env.walkthrough() or ()) == 42
+    assert obs.privileged_state == "The right keys are still to take. Spare steps: 6."
     notes = {}
     for action in env.walkthrough() or ():
         result = env.step(action)
-        notes[action] = result.observation.privileged_state
+        note = result.observation.privileged_state
+        notes[action] = note
         if action == "take blue" and env._carried == ["blue"]:
-            assert result.observation.privileged_state == "The right keys are still to take."
+            assert note == "The right keys are still to take. Spare steps: 6."
         if action == "take blue" and env._carried == ["blue", "blue"]:
-            assert result.observation.privileged_state == "The carried keys fit every lock."
+            assert note == "The carried keys fit every lock. Spare steps: 6."
         if action == "open door" and sum(env._opened) == 1:
-            assert result.observation.privileged_state == "The carried keys fit every lock."
+            assert note == "The carried keys fit every lock. Spare steps: 6."
         if action == "open door" and sum(env._opened) == 2:
-            assert result.observation.privileged_state == "Every lock is open."
+            assert note == "Every lock is open. Spare steps: 6."
     assert env._won
     assert notes["go on"] is None  # the last step left through the exit: no note on an ended episode
 
@@ -45,6 +48,22 @@ def test_a_wrong_key_is_noted_at_once() -> None:
     obs = env.step("take red").observation
     assert obs.privileged_state == "The exit is unreachable."
     assert env.shortest_exit_steps() is None
+
+
+def test_each_wasted_step_spends_a_spare_one_and_the_seventh_loses_the_game() -> None:
+    """At seed 3's first room only ``go on`` is admissible; ``open door`` there wastes a step (the walk's 42 steps
+    stay ahead): 6 -> 5 -> ... -> 0 spare steps, then the exit is out of reach although the keys are still
+    there to take."""
+    env = _rule_env(state_note=True)
+    obs = env.reset(seed=3)
+    assert obs.admissible_actions == ("go on",)
+    for spare in (5, 4, 3, 2, 1, 0):
+        obs = env.step("open door").observation
+        assert obs.privileged_state == f"The right keys are still to take. Spare steps: {spare}."
+    obs = env.step("open door").observation
+    assert obs.privileged_state == "The exit is unreachable."
+    assert env.shortest_exit_steps() == 42  # reachable without the step limit, not within it
+    assert env.oracle_value(48) == 0.0
 
 
 def test_off_by_default_and_never_in_the_text() -> None:
@@ -70,10 +89,11 @@ def test_bad_state_note_is_refused() -> None:
     lock_colour=st.sampled_from(["random", "blue", "independent"]),
     picks=st.lists(st.integers(0, 9), min_size=1, max_size=60),
 )
-def test_note_matches_reachability(seed: int, lock_colour: str, picks: list[int]) -> None:
-    """On random admissible play: "unreachable" exactly when no plan reaches the exit whatever the steps
-    (:meth:`KeyDoorEnv.shortest_exit_steps` is None), "fit every closed lock" exactly when no more key is
-    needed, and "Every lock is open." exactly when none is closed."""
+def test_note_matches_the_shortest_exit(seed: int, lock_colour: str, picks: list[int]) -> None:
+    """On random admissible play: "unreachable" exactly when the oracle's value is 0 (no plan reaches the exit
+    in the steps left, :meth:`KeyDoorEnv.oracle_value`); otherwise the spare steps are the steps left less
+    :meth:`KeyDoorEnv.shortest_exit_steps`, after "fit every lock" exactly when no more key is needed and
+    "Every lock is open." exactly when none is closed."""
     env = KeyDoorEnv(**RULE, lock_colour=lock_colour, state_note=True)  # type: ignore[arg-type]
     obs = env.reset(seed=seed)
     for pick in picks:
@@ -81,9 +101,15 @@ def test_note_matches_reachability(seed: int, lock_colour: str, picks: list[int]
             assert obs.privileged_state is None
             break
         note = obs.privileged_state or ""
-        assert (note == "The exit is unreachable.") == (env.shortest_exit_steps() is None)
-        closed, deficit, _ = env._key_deficit()
-        assert (note == "Every lock is open.") == (closed == 0)
-        assert (note == "The carried keys fit every lock.") == (closed > 0 and deficit == 0)
+        steps_left = env.horizon - env._steps
+        assert (note == "The exit is unreachable.") == (env.oracle_value(steps_left) == 0.0)
+        if note != "The exit is unreachable.":
+            need = env.shortest_exit_steps()
+            assert need is not None
+            assert note.endswith(f" Spare steps: {steps_left - need}.")
+            closed, deficit, _ = env._key_deficit()
+            assert note.startswith("Every lock is open.") == (closed == 0)
+            assert note.startswith("The carried keys fit every lock.") == (closed > 0 and deficit == 0)
+            assert note.startswith("The right keys are still to take.") == (deficit > 0)
         actions = obs.admissible_actions
         obs = env.step(actions[pick % len(actions)]).observation

@@ -21,7 +21,7 @@ happens."`` (a step is still used). Observations are short templated sentences (
 feedback, ``Room r of R.``, the room description, the carried keys and the steps left. Privileged info (critic
 only): the whole layout with the colour each lock needs, and the expert walkthrough; with ``state_note`` every
 observation's :attr:`~tempo_rl.envs.Observation.privileged_state` also says whether the keys carried and the key
-rooms left can still open every lock (:meth:`KeyDoorEnv.lock_note`).
+rooms left can still open every lock, and how many steps the agent can still waste (:meth:`KeyDoorEnv.lock_note`).
 
 Why it is the TEMPO testbed: the probability of success after a random key choice is ``1 / colours`` per lock,
 so random play wins about ``colours ** -keys`` of episodes and trajectory-level GRPO sees mostly all-failure
@@ -91,7 +91,7 @@ class KeyDoorEnv(ReplayableEnv):
             ``warmstart.env_kwargs``, for a fixed colour).
         state_note: every observation carries a critic-only
             :attr:`~tempo_rl.envs.Observation.privileged_state` saying what the hidden lock colours make of the
-            carried keys now (:meth:`lock_note`): whether the keys still allow the exit. Default
+            carried keys now and how many steps are to spare (:meth:`lock_note`). Default
             ``False``. The actor never sees it; like knights' conflict note it precomputes, for a small critic,
             a relation its privileged layout implies.
     """
@@ -412,24 +412,31 @@ class KeyDoorEnv(ReplayableEnv):
         return len(unopened), deficit, untaken
 
     def lock_note(self) -> str:
-        """What the hidden lock colours make of the keys now (privileged: a lock never names its colour), with
-        ``d`` the closed locks the carried keys do not cover and ``u`` the untaken key rooms
-        (:meth:`shortest_exit_steps`), the step limit left aside:
+        """What the hidden lock colours and the step limit make of the state now (privileged: a lock never names
+        its colour), with ``d`` the closed locks the carried keys do not cover, ``u`` the untaken key rooms and
+        ``spare = (horizon - steps) - shortest_exit_steps`` the steps the agent can still waste
+        (:meth:`shortest_exit_steps`):
 
-        * no closed lock: ``"Every lock is open."``;
-        * ``d = 0``: ``"The carried keys fit every lock."``;
-        * ``0 < d <= u``: ``"The right keys are still to take."``;
-        * ``d > u``: ``"The exit is unreachable."`` (no key choice left can open every lock).
+        * the exit cannot be reached in the steps left (``d > u``: no key choice left can open every lock, or
+          ``spare < 0``): ``"The exit is unreachable."``;
+        * else one of ``"Every lock is open."`` (no closed lock), ``"The carried keys fit every lock."``
+          (``d = 0``) or ``"The right keys are still to take."`` (``0 < d <= u``), then ``"Spare steps: <spare>."``
 
-        Short (at most 17 tokens of the benchmark's tokenizer), so that it fits the critic's prompt budget beside
-        the layout. Whether the agent will take the right keys, and walk to the exit in the steps left, it does
+        Short (at most 22 tokens of the benchmark's tokenizer), so that it fits the critic's prompt budget beside
+        the layout. Whether the agent will take the right keys, and waste no more than its spare steps, it does
         not say: that is the value the critic estimates."""
-        closed, d, untaken = self._key_deficit()
+        need = self.shortest_exit_steps()
+        spare = None if need is None else self.horizon - self._steps - need
+        if spare is None or spare < 0:
+            return "The exit is unreachable."
+        closed, d, _ = self._key_deficit()
         if not closed:
-            return "Every lock is open."
-        if d == 0:
-            return "The carried keys fit every lock."
-        return "The right keys are still to take." if d <= len(untaken) else "The exit is unreachable."
+            keys = "Every lock is open."
+        elif d == 0:
+            keys = "The carried keys fit every lock."
+        else:
+            keys = "The right keys are still to take."
+        return f"{keys} Spare steps: {spare}."
 
     def oracle_value(self, steps_left: int) -> float | None:
         """``V* = 1`` when the exit can be reached within ``min(steps_left, horizon - steps)`` more steps, else
