@@ -422,7 +422,7 @@ class KeyDoorEnv(ReplayableEnv):
         * else one of ``"Every lock is open."`` (no closed lock), ``"The carried keys fit every lock."``
           (``d = 0``) or ``"The right keys are still to take."`` (``0 < d <= u``), then ``"Spare steps: <spare>."``
 
-        Short (at most 22 tokens of the benchmark's tokenizer), so that it fits the critic's prompt budget beside
+        Short (at most 27 tokens of the benchmark's tokenizer), so that it fits the critic's prompt budget beside
         the layout. Whether the agent will take the right keys, and waste no more than its spare steps, it does
         not say: that is the value the critic estimates."""
         need = self.shortest_exit_steps()
