@@ -383,12 +383,13 @@ class KeyDoorEnv(ReplayableEnv):
         This can be shorter than :meth:`expert_action`'s plan, which insists on each lock's own key room (a
         wrong key taken early can still open a later lock of that colour).
         """
-        if self._done:
-            return None
-        p = self._room
-        closed, deficit, untaken = self._key_deficit()
+        return None if self._done else self._exit_steps(*self._key_deficit())
+
+    def _exit_steps(self, closed: int, deficit: int, untaken: list[int]) -> int | None:
+        """:meth:`shortest_exit_steps` of a running episode from its :meth:`_key_deficit`."""
         if deficit > len(untaken):
             return None
+        p = self._room
         ahead = [j for j in untaken if j >= p]
         behind = sorted((j for j in untaken if j < p), reverse=True)
         chosen = (ahead + behind)[:deficit]  # ahead first (free), then behind, nearest first
@@ -425,11 +426,11 @@ class KeyDoorEnv(ReplayableEnv):
         Short (at most 27 tokens of the benchmark's tokenizer), so that it fits the critic's prompt budget beside
         the layout. Whether the agent will take the right keys, and waste no more than its spare steps, it does
         not say: that is the value the critic estimates."""
-        need = self.shortest_exit_steps()
+        closed, d, untaken = self._key_deficit()
+        need = None if self._done else self._exit_steps(closed, d, untaken)
         spare = None if need is None else self.horizon - self._steps - need
         if spare is None or spare < 0:
             return "The exit is unreachable."
-        closed, d, _ = self._key_deficit()
         if not closed:
             keys = "Every lock is open."
         elif d == 0:
