@@ -113,7 +113,7 @@ actions = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(actions, st.sampled_from(["{}", " {} ", "{}\n"]), st.booleans())
 def test_canonical_text_round_trips(action: ArcAction, pad: str, lower: bool) -> None:
     text = pad.format(action.text)
@@ -121,7 +121,7 @@ def test_canonical_text_round_trips(action: ArcAction, pad: str, lower: bool) ->
     assert parse_action(action.text).text == action.text
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.text(max_size=30))
 def test_parse_action_never_crashes_on_junk(text: str) -> None:
     try:

@@ -225,7 +225,7 @@ def test_samples_of_one_prompt_share_one_cache_row(tokenizer: Any, attn: str) ->
     assert max(s[1] for s in decode) == 4 and min(s[1] for s in decode) < 4  # live samples only
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=12)
 @given(
     picks=st.lists(
         st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(1, 5), st.booleans()),
@@ -349,7 +349,7 @@ def test_resident_buffer_bookkeeping() -> None:
     assert s.resident((1, 2), layout, 600, like)[0] is not big
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(a=st.lists(st.integers(0, 2), max_size=12), b=st.lists(st.integers(0, 2), max_size=12))
 def test_common_prefix(a: list[int], b: list[int]) -> None:
     from tempo_rl.backends.local.prefix_cache import _common_prefix
@@ -502,7 +502,7 @@ def test_lookup_blocks_budget_and_lru_pinned() -> None:
         PrefixCache(0)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     seqs=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=12), min_size=1, max_size=12),
     budget_blocks=st.integers(1, 8),

@@ -243,7 +243,7 @@ def test_loss_falls_back_to_elementwise_outputs(tokenizer: Any) -> None:
     assert out.loss == pytest.approx(1.5) and out.metrics["tokens"] == 3.0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     names=st.lists(
         st.from_regex(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,250}[A-Za-z0-9_-])?", fullmatch=True),

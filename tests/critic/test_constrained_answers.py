@@ -149,7 +149,7 @@ def test_two_hot_by_hand() -> None:
         two_hot(math.nan, 2)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(g=st.floats(-0.5, 2.5), levels=st.integers(2, 21), r_max=st.sampled_from([1.0, 2.0, 0.5]))
 def test_two_hot_is_a_distribution_on_two_neighbours_whose_mean_is_the_clipped_target(
     g: float, levels: int, r_max: float
@@ -225,7 +225,7 @@ def test_critic_metrics_read_the_expectation() -> None:
 # ------------------------------------------------------------------------------------------ property
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     levels=st.integers(min_value=2, max_value=101),
     r_max=st.sampled_from([1.0, 0.5, 2.0, 3.0, 10.0, 100.0]),

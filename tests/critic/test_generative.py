@@ -294,7 +294,7 @@ def test_answer_prefix_ends_the_prompt_and_is_read_before_the_completion() -> No
         GenerativeCritic(word_renderer, PARAMS, max_prompt_tokens=100, answer_prefix="<value>")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(n=st.integers(0, 12), window=st.one_of(st.none(), st.integers(0, 14)), data=st.data())
 def test_a_window_shows_the_last_turns_in_order_with_every_hidden_step_named(
     n: int, window: int | None, data: st.DataObject

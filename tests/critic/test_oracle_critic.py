@@ -119,7 +119,7 @@ def test_clear_errors() -> None:
         _query("not a snapshot", 5)  # type: ignore[arg-type]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     value=st.floats(0.0, 1.0),
     r_max=st.floats(0.5, 5.0),

@@ -119,7 +119,7 @@ _TEXT = st.one_of(st.text(max_size=200), st.lists(_FRAGMENTS, max_size=30).map("
 _R_MAX = st.sampled_from([1.0, 2.0, 0.5, 10.0])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(text=_TEXT, r_max=_R_MAX)
 def test_fuzz_never_crashes_and_matches_the_oracle(text: str, r_max: float) -> None:
     read = classify_value(text, r_max)
@@ -130,13 +130,13 @@ def test_fuzz_never_crashes_and_matches_the_oracle(text: str, r_max: float) -> N
         assert 0.0 <= read.value <= r_max and math.isfinite(read.value)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(text=_TEXT, x=st.floats(allow_nan=False, allow_infinity=False), r_max=_R_MAX)
 def test_an_appended_answer_always_wins(text: str, x: float, r_max: float) -> None:
     assert parse_value(f"{text}<value>{x!r}</value>", r_max) == min(max(x, 0.0), r_max)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(text=_TEXT)
 def test_an_earlier_answer_loses_to_any_later_pair(text: str) -> None:
     later = classify_value(text)

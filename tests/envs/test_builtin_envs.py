@@ -68,7 +68,7 @@ def test_knights_solve_beats_truncation_on_the_last_step():
     assert r.terminated and not r.truncated and r.reward == 1.0
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(seed=st.integers(0, 10_000), size=st.integers(5, 7), place=st.integers(1, 7))
 def test_knights_instances_are_solvable_and_walkthrough_solves(seed, size, place):
     env = KnightsEnv(size=size, preplaced=2, place=place)

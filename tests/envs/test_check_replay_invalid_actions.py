@@ -10,7 +10,7 @@ import json
 import random
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from tempo_rl.cli import main
@@ -126,7 +126,6 @@ def test_free_text_holds_the_rollouts_unreadable_tool_call_sentinel():
 _WORDS = st.sampled_from(["go", "take", "open", "look", "north", "key", "door", "red", "help"])
 
 
-@settings(deadline=None)  # a pure function: a loaded machine's slow example is no failure
 @given(
     admissible=st.lists(
         st.one_of(st.lists(_WORDS, min_size=1, max_size=3).map(" ".join), st.sampled_from(FREE_TEXT)),

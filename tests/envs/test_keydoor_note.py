@@ -83,7 +83,7 @@ def test_bad_state_note_is_refused() -> None:
         KeyDoorEnv(state_note="yes")  # type: ignore[arg-type]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     seed=st.integers(0, 10_000),
     lock_colour=st.sampled_from(["random", "blue", "independent"]),

@@ -151,7 +151,7 @@ def _bfs_exit_steps(env: KeyDoorEnv, limit: int) -> int | None:
     return None
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     seed=st.integers(0, 50),
     keys=st.integers(1, 2),
@@ -268,7 +268,7 @@ def _bfs_solve_steps(env: KnightsEnv, limit: int) -> int | None:
     return None
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     seed=st.integers(0, 30),
     place=st.integers(1, 3),

@@ -327,7 +327,7 @@ def test_continue_replay_and_prefix():
         snapshot_prefix(full, 99)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     spec=st.sampled_from(["knights:size=5,place=4", "keydoor:horizon=30", "keydoor:horizon=50,colours=2"]),
     seed=st.integers(0, 1000),

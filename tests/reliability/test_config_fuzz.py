@@ -113,7 +113,7 @@ def invalid_combos(draw: st.DrawFn) -> dict[str, Any]:
     return {p: draw(st.sampled_from(CATALOGUE[p])) for p in paths}
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=250)
 @given(invalid_combos())
 def test_every_invalid_field_combination_names_each_bad_field(combo: dict[str, Any]) -> None:
     data: dict[str, Any] = {}
@@ -147,7 +147,7 @@ def test_cross_field_rules_name_their_fields(data: dict[str, Any], names: list[s
         assert name in str(info.value)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(h=st.integers(1, 30), m=st.integers(1, 10), extra=st.integers(1, 29))
 def test_any_t_that_is_not_a_multiple_of_h_is_refused(h: int, m: int, extra: int) -> None:
     t = h * m + (extra % h if h > 1 else 0)

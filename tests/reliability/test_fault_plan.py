@@ -30,7 +30,7 @@ def _draws(plan: FaultPlan, n: int) -> list[bool]:
     return [plan.fires("env_crash", f"env|{i % 7}") for i in range(n)]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(seed=st.integers(0, 2**31), rate=st.floats(0.01, 0.99))
 def test_same_seed_same_faults_and_calls_are_independent_of_order(seed: int, rate: float) -> None:
     a, b = FaultPlan(FaultRates(env_crash=rate), seed), FaultPlan(FaultRates(env_crash=rate), seed)

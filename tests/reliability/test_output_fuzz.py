@@ -176,7 +176,7 @@ def char_render(messages: Sequence[Any]) -> list[int]:
     return [min(ord(c), 255) for m in messages for c in m["content"]]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(answers=st.lists(texts, min_size=1, max_size=4), r_max=st.sampled_from([1.0, 2.0, 0.5]))
 def test_critic_pipeline_never_crashes_and_classifies_every_answer(answers: list[str], r_max: float) -> None:
     critic = GenerativeCritic(char_render, SamplingParams(max_tokens=8), max_prompt_tokens=100_000)
@@ -258,7 +258,7 @@ def _count_oracle(text: str) -> str | None:
     return None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(texts)
 def test_tool_call_parser_never_crashes_and_classifies_by_the_rules(text: str) -> None:
     call = PARSER.parse(text)
@@ -312,7 +312,6 @@ class GarbageActor:
 
 @settings(
     max_examples=15,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(answers=st.lists(texts, min_size=1, max_size=6))

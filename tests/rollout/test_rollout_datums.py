@@ -65,7 +65,7 @@ def test_validation_errors_are_specific() -> None:
         completion_datum([1], [2, 3], [0.0], 1.0)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     st.lists(
         st.tuples(st.booleans(), st.lists(st.integers(0, 99), min_size=1, max_size=5)), min_size=1, max_size=8

@@ -161,7 +161,7 @@ def test_errors_name_the_fix(tok: Any) -> None:
 _turn_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     st.lists(
         st.tuples(

@@ -88,7 +88,7 @@ _action = st.text(min_size=1, max_size=40).filter(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     _action, st.sampled_from(["xml", "json"]), st.text(max_size=30).filter(lambda s: "tool_call>" not in s)
 )
@@ -124,7 +124,7 @@ _pieces = st.sampled_from(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(st.one_of(st.text(max_size=200), st.lists(_pieces, max_size=25).map("".join)))
 def test_parser_never_raises(text: str) -> None:
     call = P.parse(text)

@@ -25,7 +25,7 @@ from tempo_rl.signals import (
     td_targets,
 )
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=60)
 FINITE = st.floats(-100.0, 100.0, allow_nan=False, allow_infinity=False)
 JUNK = st.sampled_from([np.nan, np.inf, -np.inf, 1e300, -1e300, 0.0, 42.0])
 SHAPES = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=6)

@@ -46,7 +46,7 @@ def _all_calls(
     }
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(st.data())
 def test_numpy_and_torch_give_identical_numbers(data: Any) -> None:
     shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=6))

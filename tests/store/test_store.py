@@ -164,7 +164,7 @@ def test_naive_layout_stores_full_copies() -> None:
     assert store.get("s1").token_prefix == tuple(range(500))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     ops=st.lists(
         st.tuples(st.sampled_from(["add", "add", "add", "quarantine", "stale"]), st.integers(0, 10**6)),

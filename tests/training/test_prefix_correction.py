@@ -211,7 +211,7 @@ def test_invalid_modes_and_clips_name_the_fix():
         tiny_config('tempo.prefix_correction="sometimes"')
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     data=st.lists(
         st.tuples(st.integers(1, 4), st.integers(0, 3), st.booleans(), st.floats(-5, 0), st.floats(-5, 0)),
