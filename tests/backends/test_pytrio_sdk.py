@@ -364,3 +364,39 @@ def test_fake_server_applies_pytrios_own_rules(
         raw.load_state(path)
     assert info.value.code == "validation.already_initialized"
     assert isinstance(FakeServer, type)
+
+
+@pytest.mark.slow
+def test_a_gigpo_run_trains_through_the_pytrio_client(
+    make_service: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``algorithm = "gigpo"`` on PyTRIO: its per-round advantages reach the service as Datums that it takes."""
+    import pytrio.client.training as training_mod
+
+    from tempo_rl.backends.local import LocalTrainingClient, build_tiny_model
+    from tempo_rl.backends.local.tokenizer import build_tokenizer
+    from tempo_rl.training.config import load_config
+    from tempo_rl.training.run import env_corpus, train_run
+
+    probe_cfg = load_config(None, ['env.name="keydoor"', "env.kwargs={horizon=12, keys=1, colours=2}"])
+    tokenizer = build_tokenizer(env_corpus(probe_cfg, games=4), vocab_size=512)
+    monkeypatch.setattr(training_mod, "get_tokenizer", lambda model_id: tokenizer)  # no download
+    cfg_file = tmp_path / "run.toml"
+    cfg_file.write_text(TINY_PYTRIO.format())
+    config = load_config(
+        cfg_file, ['algorithm="gigpo"', "grpo.updates=2", "grpo.games_per_batch=2", "kl.coef=0.0"]
+    )
+    model = build_tiny_model(
+        len(tokenizer), hidden_size=64, num_layers=2, num_heads=4, max_positions=2048, seed=0
+    )
+    local = LocalTrainingClient(model, tokenizer, state_dir=tmp_path / "service_states", seed=0)
+    service, server = make_service(local, model=MODEL)
+    summary = train_run(tmp_path / "run", config, console=False, service_client=service)
+    assert summary["updates_done"] == 2
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if line
+    ]
+    updates = [r for r in records if r.get("train/phase") == 3.0]
+    assert len(updates) == 2 and all(r["gigpo/anchor_groups"] >= 2 for r in updates)
+    assert sum(r["train/actor_datums"] for r in updates) > 0
+    assert any(e[0] == "actor" and "forward_backward" in str(e[1][1]) for e in server.events)

@@ -126,3 +126,61 @@ def test_one_name_saved_twice_on_tinker(
     first = training.save_state("kl-resume-current")
     second = training.save_state("kl-resume-current")
     assert first != second and {first, second} <= set(server.checkpoints)
+
+
+@pytest.mark.slow
+def test_a_gigpo_run_trains_through_the_tinker_client(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``algorithm = "gigpo"`` on Tinker: the run trains through the real client on the fake transport."""
+    import json
+
+    from tempo_rl.backends.local import LocalTrainingClient, build_tiny_model
+    from tempo_rl.backends.local.tokenizer import build_tokenizer
+    from tempo_rl.training.config import load_config
+    from tempo_rl.training.run import env_corpus, train_run
+
+    env = [
+        'env.name="keydoor"',
+        "env.kwargs={horizon=12, keys=1, colours=2}",
+        "env.invalid_action_penalty=0.1",
+    ]
+    tokenizer = build_tokenizer(env_corpus(load_config(None, env), games=4), vocab_size=512)
+    tok = tmp_path / "tokenizer"
+    tokenizer.save_pretrained(str(tok))
+    model = build_tiny_model(len(tokenizer), hidden_size=64, num_layers=2, num_heads=4, max_positions=2048)
+    local = LocalTrainingClient(model, tokenizer, state_dir=tmp_path / "service_states", seed=0)
+    monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
+    server = FakeTinker(local)
+    install(monkeypatch, server)
+    client = tinker.ServiceClient(base_url="http://tinker.test")
+    retry = "{result_timeout_s=60.0, max_attempts=2, backoff_initial_s=0.0, backoff_max_s=0.0, jitter=0.0}"
+    config = load_config(
+        None,
+        [
+            *env,
+            'algorithm="gigpo"',
+            f'backend={{kind="tinker", lora_rank=8, tokenizer_path="{tok}", retry={retry}}}',
+            "grpo.updates=2",
+            "grpo.games_per_batch=2",
+            "tempo.max_rounds=12",
+            "tempo.macro_rounds=4",
+            "sampling.max_tokens=32",
+            "sampling.max_trajectory_tokens=1200",
+            "optim.learning_rate=1e-3",
+            "warmstart.enabled=true",
+            "warmstart.episodes=32",
+            "warmstart.epochs=10",
+            "warmstart.batch_size=4",
+            "warmstart.learning_rate=3e-3",
+            "run.console=false",
+        ],
+    )
+    try:
+        summary = train_run(tmp_path / "run", config, console=False, service_client=client)
+    finally:
+        client.close("success").result(timeout=30)
+    assert summary["updates_done"] == 2 and server.errors == []
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    updates = [r for r in map(json.loads, lines) if r.get("train/phase") == 3.0]
+    assert len(updates) == 2 and all(r["gigpo/anchor_groups"] >= 2 for r in updates)
+    assert sum(r["train/actor_datums"] for r in updates) > 0
+    assert "forward_backward" in [p for p, _ in server.events]

@@ -273,6 +273,42 @@ class BranchResult:
             raise IndexError(f"branch has {len(self.earlier) + 1} token sequences, no index {index}")
         return self.earlier[index] if index < len(self.earlier) else self.current()
 
+    def turn_values(self, per_round: Sequence[float]) -> list[np.ndarray]:
+        """Spread one number per round over the tokens of :meth:`sequences`: in each sequence, every token from
+        round r's turn start (:attr:`turn_starts`) up to the next turn's start carries ``per_round[r]``; the
+        tokens before a sequence's first turn carry 0. A sampled token thus carries its own round's number
+        (a step-level advantage), while context tokens, masked out of the loss, are never read.
+
+        Raises:
+            ValueError: ``per_round`` does not hold one number per played round.
+        """
+        if len(per_round) != self.rounds:
+            raise ValueError(f"per_round has {len(per_round)} numbers for a branch of {self.rounds} rounds")
+        out = [np.zeros(len(q.tokens), dtype=np.float64) for q in self.sequences()]
+        for r in range(self.rounds):
+            seq, start = self.turn_seq[r], self.turn_starts[r]
+            same = [i for i in range(r + 1, self.rounds) if self.turn_seq[i] == seq]
+            end = self.turn_starts[same[0]] if same else len(out[seq])
+            out[seq][start:end] = per_round[r]
+        return out
+
+    def state_keys(self) -> list[str]:
+        """For each round of this segment, a key of the state its action was taken in: the env's hidden-state
+        fingerprint where the snapshot recorded one (:meth:`~tempo_rl.envs.ReplayableEnv.state_fingerprint`),
+        else the digest of the observation text and admissible actions shown then. Equal keys = the same
+        state (GiGPO's anchor states). Needs the final :attr:`snapshot` (None after an error).
+        """
+        snap = self.snapshot
+        if snap is None:
+            raise ValueError("a branch without a final snapshot (it ended in an error) has no state keys")
+        first = snap.round_index - self.rounds
+        states = snap.state_digests
+        keys = []
+        for r in range(first, first + self.rounds):
+            state = states[r] if states is not None else None
+            keys.append(f"state:{state}" if state is not None else f"obs:{snap.observation_digests[r]}")
+        return keys
+
     def restart(self, prompt: PromptState) -> None:
         """End the current sequence and start a new one from ``prompt`` (a fresh render: all context)."""
         self.earlier.append(self.current())

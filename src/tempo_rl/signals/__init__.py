@@ -11,7 +11,9 @@ the seed write-up)::
 :func:`td_batch` composes (1)-(3) for a whole TD update (``[S, N]`` arrays with a mask), plus
 :func:`monte_carlo_returns` (warm-up targets), :func:`degenerate_groups` (groups with no gradient) and
 :func:`prefix_importance_weights` (correction for stale prefixes), and, outside TEMPO, :func:`kl_penalized_advantages`
-(an optional KL anchor to a reference policy: A'_t = A_t - beta * (log pi(a_t) - log pi_ref(a_t))).
+(an optional KL anchor to a reference policy: A'_t = A_t - beta * (log pi(a_t) - log pi_ref(a_t))), and GiGPO's
+critic-free two-level advantages (:func:`gigpo_batch`: :func:`step_returns`, :func:`anchor_groups`,
+:func:`step_advantages`; :mod:`tempo_rl.signals.gigpo`).
 
 Conventions: the group axis is the last axis; an optional boolean ``mask`` of the same shape marks padding
 (False), which is excluded from every mean and returned as 0; NaN in a critic estimate means "did not parse".
@@ -20,6 +22,15 @@ Torch is never imported by this package: it is used only when the caller passes 
 
 from tempo_rl.signals.advantages import STD_EPS, degenerate_groups, group_advantages
 from tempo_rl.signals.critic import CRITIC_ERRORS, critic_rewards
+from tempo_rl.signals.gigpo import (
+    AnchorStats,
+    GiGPOBatch,
+    anchor_group_stats,
+    anchor_groups,
+    gigpo_batch,
+    step_advantages,
+    step_returns,
+)
 from tempo_rl.signals.kl import kl_penalized_advantages
 from tempo_rl.signals.prefix import prefix_importance_weights
 from tempo_rl.signals.returns import branch_returns, monte_carlo_returns, td_targets
@@ -28,14 +39,21 @@ from tempo_rl.signals.td import TDBatch, td_batch
 __all__ = [
     "CRITIC_ERRORS",
     "STD_EPS",
+    "AnchorStats",
+    "GiGPOBatch",
     "TDBatch",
+    "anchor_group_stats",
+    "anchor_groups",
     "branch_returns",
     "critic_rewards",
     "degenerate_groups",
+    "gigpo_batch",
     "group_advantages",
     "kl_penalized_advantages",
     "monte_carlo_returns",
     "prefix_importance_weights",
+    "step_advantages",
+    "step_returns",
     "td_batch",
     "td_targets",
 ]

@@ -113,8 +113,9 @@ class PolicyTrainingClient:
         return getattr(self.inner, name)
 
 
-def use_scripted_policy(trainer: Any) -> None:
-    """Swap the scripted policy in under the trainer's retry layer (the training client stays the real one)."""
+def use_scripted_policy(trainer: Any, policy: ScriptedPolicy | None = None) -> None:
+    """Swap a scripted policy (default: :class:`ScriptedPolicy` over the trainer's tokenizer) in under the
+    trainer's retry layer (the training client stays the real one)."""
     from tempo_rl.backends.retry import RetryingTrainingClient
 
     client = trainer.c.training_client
@@ -123,7 +124,7 @@ def use_scripted_policy(trainer: Any) -> None:
             f"use_scripted_policy needs a trainer built by tempo_rl.training.run.build_trainer on the local "
             f"backend (a RetryingTrainingClient); got {type(client).__name__}"
         )
-    policy = ScriptedPolicy(trainer.c.chat.tokenizer)
+    policy = policy or ScriptedPolicy(trainer.c.chat.tokenizer)
     client.inner = PolicyTrainingClient(client.inner, policy)
     trainer.c.sampler = client.wrap_sampler(policy)
 

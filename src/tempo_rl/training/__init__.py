@@ -1,9 +1,9 @@
-"""Training: configs, the MacroStepTrainer (TEMPO and a GRPO baseline), runs and checkpoints.
+"""Training: configs, the MacroStepTrainer (TEMPO, a GRPO baseline and GiGPO), runs and checkpoints.
 
 Entry points:
 
 * :func:`train_run` (``tempo-rl train``): a whole run in a run directory, resumable after a crash;
-* :class:`TempoTrainer` / :class:`GrpoTrainer`: the update loops on top of :class:`MacroStepTrainer`, for users
+* :class:`TempoTrainer` / :class:`GrpoTrainer` / :class:`GigpoTrainer`: the update loops on top of :class:`MacroStepTrainer`, for users
   who assemble their own components (:class:`TrainerComponents`);
 * :func:`load_config` / :class:`TrainConfig`: pydantic configs from TOML with ``key=value`` overrides;
 * :mod:`tempo_rl.training.types`: the trainer's contract (:class:`StoredState`, :class:`StartState`, the store
@@ -29,6 +29,7 @@ _EXPORTS = {
     "TrainerState": "tempo_rl.training.trainer",
     "TempoTrainer": "tempo_rl.training.tempo",
     "GrpoTrainer": "tempo_rl.training.grpo",
+    "GigpoTrainer": "tempo_rl.training.gigpo",
     "warm_start": "tempo_rl.training.warmstart",
     "build_trainer": "tempo_rl.training.run",
     "train_run": "tempo_rl.training.run",

@@ -43,6 +43,7 @@ from tempo_rl.envs.snapshot import EnvSpec
 __all__ = [
     "ConfigError",
     "EnvConfig",
+    "GigpoConfig",
     "GrpoConfig",
     "KLConfig",
     "OptimConfig",
@@ -275,8 +276,33 @@ class TempoConfig(_Model):
     fresh_share: float = Field(
         default=0.25, ge=0.0, le=1.0, description="share of fresh starts per TD update"
     )
-    warmup_updates: int = Field(default=4, ge=0)
+    warmup_updates: int = Field(
+        default=4,
+        ge=0,
+        description="the most warm-up updates (on full episodes) before TD; the hand-over gate may end it sooner",
+    )
     warmup_games_per_batch: int = Field(default=4, ge=1)
+    warmup_trains_actor: bool = Field(
+        default=True,
+        description=(
+            "warm-up episodes also train the actor, each branch with its group's GRPO advantage "
+            "R_n - mean(R) (the warm-up plays GRPO's batch); false: the actor waits for TD"
+        ),
+    )
+    handover_corr: float | None = Field(
+        default=0.5,
+        ge=-1.0,
+        le=1.0,
+        description=(
+            "TD begins after the first warm-up update at which the critic's correlation with the Monte Carlo "
+            "returns of that update's fresh episodes, read before it trains on them (critic/value_corr), "
+            "averaged over the last tempo.handover_window warm-up updates, reaches this; at the latest after "
+            "tempo.warmup_updates. None: always after tempo.warmup_updates"
+        ),
+    )
+    handover_window: int = Field(
+        default=2, ge=1, description="warm-up updates whose critic readings the hand-over gate averages"
+    )
     warmup_substeps: int | None = Field(
         default=None,
         ge=1,
@@ -384,6 +410,22 @@ class GrpoConfig(_Model):
     updates: int = Field(default=40, ge=0)
     games_per_batch: int = Field(default=4, ge=1)
     group_size: int = Field(default=4, ge=2)
+
+
+class GigpoConfig(_Model):
+    """GiGPO's step level (``algorithm = "gigpo"``, on the ``grpo`` section's batch): each round's advantage is
+    ``A^E_n + step_weight * A^S_{n,t}`` (:mod:`tempo_rl.training.gigpo`). Defaults: the GiGPO paper's."""
+
+    step_weight: float = Field(
+        default=1.0, ge=0.0, description="w, the weight of the step-level advantage (0: GRPO's advantages)"
+    )
+    gamma: float = Field(
+        default=0.95, ge=0.0, le=1.0, description="discount of the step return from each round (per env step)"
+    )
+    normalize: Literal["none", "std"] = Field(
+        default="none",
+        description="'std' divides both levels' centred returns by their group's standard deviation",
+    )
 
 
 class OptimConfig(_Model):
@@ -570,9 +612,10 @@ class RunConfig(_Model):
 
 
 class TrainConfig(_Model):
-    """A whole training run. ``algorithm`` selects TEMPO or the trajectory-level GRPO baseline."""
+    """A whole training run. ``algorithm`` selects TEMPO, the trajectory-level GRPO baseline or GiGPO (GRPO's
+    batch with a step-level advantage within anchor-state groups)."""
 
-    algorithm: Literal["tempo", "grpo"] = "tempo"
+    algorithm: Literal["tempo", "grpo", "gigpo"] = "tempo"
     env: EnvConfig = Field(default_factory=EnvConfig)
     backend: BackendConfig = Field(
         default_factory=LocalBackendConfig,
@@ -580,6 +623,7 @@ class TrainConfig(_Model):
     )
     tempo: TempoConfig = Field(default_factory=TempoConfig)
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    gigpo: GigpoConfig = Field(default_factory=GigpoConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     kl: KLConfig = Field(default_factory=KLConfig)
@@ -670,7 +714,7 @@ class TrainConfig(_Model):
         return self.optim.max_datums_per_update
 
     def total_updates(self) -> int:
-        """Updates of the RL phase(s): warm-up + TD for TEMPO, ``grpo.updates`` for GRPO."""
+        """Updates of the RL phase(s): warm-up + TD for TEMPO, ``grpo.updates`` for GRPO and GiGPO."""
         if self.algorithm == "tempo":
             return self.tempo.warmup_updates + self.tempo.td_updates
         return self.grpo.updates

@@ -15,18 +15,23 @@ gradient at all, while TEMPO's bootstrapped endpoint values can still separate b
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
+from tempo_rl.rollout.branches import BranchResult
 from tempo_rl.signals import degenerate_groups, group_advantages
 from tempo_rl.training.metrics import rollout_metrics
-from tempo_rl.training.trainer import MacroStepTrainer, UpdateTimer
+from tempo_rl.training.trainer import Advantage, MacroStepTrainer, UpdateTimer
 
 __all__ = ["GrpoTrainer"]
 
 
 class GrpoTrainer(MacroStepTrainer):
     """Trajectory-level GRPO: full episodes, group-centred episode returns, actor Datums only."""
+
+    phase = 2.0  #: ``train/phase`` of its updates
+    name = "grpo"  #: its trajectory records' ``phase``
 
     def total_updates(self) -> int:
         return self.config.grpo.updates
@@ -43,19 +48,21 @@ class GrpoTrainer(MacroStepTrainer):
         returns = np.where(mask, returns, 0.0)
         adv = group_advantages(returns, mask=mask)
         degenerate = np.asarray(degenerate_groups(adv, mask=mask), dtype=bool)
+        advantages, extra = self.branch_advantages(results, mask, adv)
         # degenerate groups carry A_n = 0: no Datum, unless the KL anchor trains them
         kept = [
-            (b, float(adv[i, j])) for i, row in enumerate(results) for j, b in enumerate(row) if mask[i, j]
+            (b, advantages[i][j]) for i, row in enumerate(results) for j, b in enumerate(row) if mask[i, j]
         ]
         datums, kl_metrics = await self.anchored_actor_datums(
             [b for b, _ in kept], [a for _, a in kept], timer
         )
         metrics = self.train_step(datums, timer)
         metrics.update(kl_metrics)
+        metrics.update(extra)
         branches = [b for row in results for b in row]
         metrics.update(
             {
-                "train/phase": 2.0,
+                "train/phase": self.phase,
                 "grpo/success_rate": float(np.mean([b.won for b in branches])) if branches else math.nan,
                 "grpo/return_mean": float(returns[mask].mean()) if mask.any() else math.nan,
                 "grpo/steps_mean": float(np.mean([b.rounds for b in branches])) if branches else math.nan,
@@ -73,7 +80,7 @@ class GrpoTrainer(MacroStepTrainer):
             [
                 {
                     "update": index,
-                    "phase": "grpo",
+                    "phase": self.name,
                     "game_id": starts[i].state.game_id,
                     "actions": list(b.actions),
                     "rewards": list(b.rewards),
@@ -81,10 +88,21 @@ class GrpoTrainer(MacroStepTrainer):
                     "end_reason": b.end_reason,
                     "won": b.won,
                     "return": float(returns[i, j]),
-                    "advantage": float(adv[i, j]),
+                    "advantage": _record(advantages[i][j]),
                 }
                 for i, row in enumerate(results)
                 for j, b in enumerate(row)
             ]
         )
         return metrics
+
+    def branch_advantages(
+        self, results: Sequence[Sequence[BranchResult]], mask: np.ndarray, episode: np.ndarray
+    ) -> tuple[list[list[Advantage]], dict[str, float]]:
+        """Each branch's advantage (``[i][j]``: game i, branch j) and the metrics of computing it; GRPO's is
+        the group-centred episode return ``episode[i, j]``, one number per branch."""
+        return [[float(a) for a in row] for row in episode], {}
+
+
+def _record(advantage: Advantage) -> float | list[float]:
+    return float(advantage) if isinstance(advantage, (int, float)) else [float(a) for a in advantage]

@@ -174,7 +174,7 @@ def _config_total(run_dir: Path) -> tuple[int | None, str]:
         value = data.get(section, {}).get(key, model.model_fields[key].default)
         return int(value)
 
-    if algorithm == "grpo":
+    if algorithm in ("grpo", "gigpo"):
         return setting("grpo", "updates", GrpoConfig), algorithm
     return (
         setting("tempo", "warmup_updates", TempoConfig) + setting("tempo", "td_updates", TempoConfig),
@@ -331,7 +331,7 @@ def report_data(run_dir: Path | str) -> dict[str, Any]:
         phase = (
             records[0].get("phase")
             if records
-            else {0.0: "warmup", 1.0: "td", 2.0: "grpo"}.get(step.get("train/phase", -1.0), "?")
+            else {0.0: "warmup", 1.0: "td", 2.0: "grpo", 3.0: "gigpo"}.get(step.get("train/phase", -1.0), "?")
         )
         updates.append(
             {

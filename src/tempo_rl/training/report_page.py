@@ -37,7 +37,7 @@ PAGE_TEMPLATE = """<!DOCTYPE html>
 <form id="filters" onsubmit="return false">
   <label>phase <select id="f-phase">
     <option value="">all</option><option value="warmup">warm-up</option><option value="td">TD</option>
-    <option value="grpo">GRPO</option></select></label>
+    <option value="grpo">GRPO</option><option value="gigpo">GiGPO</option></select></label>
   <label>updates <input id="f-umin" type="number" min="0" step="1" placeholder="from" size="5">
     &ndash; <input id="f-umax" type="number" min="0" step="1" placeholder="to" size="5"></label>
   <label>game <select id="f-game"><option value="">all</option></select></label>
@@ -88,7 +88,7 @@ details.start { border-left: 3px solid #7aa2d6; padding-left: 8px; margin-left: 
 details.start.restored { border-left-color: #3b9b5d; }
 .phase { display: inline-block; min-width: 64px; padding: 0 6px; border-radius: 3px; color: #fff;
   text-align: center; font-size: 12px; }
-.phase-warmup { background: #8a5fbf; } .phase-td { background: #1f6fc0; } .phase-grpo { background: #c0641f; }
+.phase-warmup { background: #8a5fbf; } .phase-td { background: #1f6fc0; } .phase-grpo { background: #c0641f; } .phase-gigpo { background: #2f8f5b; }
 .badge { display: inline-block; padding: 0 5px; border-radius: 3px; font-size: 12px; background: #e5e9f2; }
 .badge.fresh { background: #dbe8fb; } .badge.restored { background: #d4f0dd; }
 .badge.quarantined, .badge.invalid, .badge.error { background: #f8d0d0; color: #7a1010; }
@@ -131,9 +131,15 @@ PAGE_JS = r"""
   function num(v) {
     return el("td", { class: "num", "data-v": isNum(v) ? String(v) : "" }, fmt(v));
   }
+  function advCell(v) {  // GiGPO's advantage is one number per round: the first, all of them on hover
+    if (!Array.isArray(v)) return num(v);
+    return el("td", { class: "num", "data-v": v.length && isNum(v[0]) ? String(v[0]) : "", title: v.map(fmt).join(" ") },
+      v.length ? fmt(v[0]) + (v.length > 1 ? " \u2026" : "") : "\u2014");
+  }
+  const GROUPED = (p) => p === "grpo" || p === "gigpo";  // full-episode groups, no critic
   function badge(text, cls) { return el("span", { class: "badge " + (cls || "") }, text); }
   function phaseTag(p) {
-    const names = { warmup: "warm-up", td: "TD", grpo: "GRPO" };
+    const names = { warmup: "warm-up", td: "TD", grpo: "GRPO", gigpo: "GiGPO" };
     return el("span", { class: "phase phase-" + p }, names[p] || String(p));
   }
   const END = {
@@ -259,7 +265,7 @@ PAGE_JS = r"""
     const td = s.phase === "td";
     const heads = ["#", "end", "turns", "invalid", "r_n"];
     if (td) heads.push("V\u0302_n", "R_n", "A_n", "kept");
-    else heads.push(s.phase === "grpo" ? "R_n" : "G_0 (return)", ...(s.phase === "grpo" ? ["A_n"] : []));
+    else heads.push(GROUPED(s.phase) ? "R_n" : "G_0 (return)", ...(GROUPED(s.phase) ? ["A_n"] : []));
     const tbody = el("tbody");
     s.branches.forEach((b, j) => {
       const cells = [
@@ -270,7 +276,7 @@ PAGE_JS = r"""
         num(b.r),
       ];
       if (td) cells.push(num(b.endpoint_value), num(b["return"]), num(b.advantage), el("td", {}, b.kept ? "yes" : "no"));
-      else { cells.push(num(b["return"])); if (s.phase === "grpo") cells.push(num(b.advantage)); }
+      else { cells.push(num(b["return"])); if (GROUPED(s.phase)) cells.push(advCell(b.advantage)); }
       tbody.append(el("tr", { "data-branch": j, class: F.q && branchMatches(b) ? "hit" : null }, ...cells));
     });
     return el("table", { class: "branches" },
@@ -298,7 +304,7 @@ PAGE_JS = r"""
       right.append(criticPanel(st.critic, s.phase === "td" ? "critic on the start state" :
         "critic on the start state (mean episode return)"));
     } else {
-      right.append(el("p", { class: "dim" }, s.phase === "grpo" ? "GRPO has no critic." : !st ?
+      right.append(el("p", { class: "dim" }, GROUPED(s.phase) ? "GRPO and GiGPO have no critic." : !st ?
         "critic samples not recorded (trajectories.jsonl written before tempo-rl recorded them)" :
         s.phase === "td" ? "no critic samples: no branch of this start was kept (all dropped), so the critic " +
         "was not asked about it" : "no critic samples on this start state"));
@@ -309,7 +315,7 @@ PAGE_JS = r"""
   function startSummary(s) {
     const won = s.branches.filter((b) => b.won).length;
     const parts = [el("b", {}, s.game_id || "?"), " "];
-    if (s.phase !== "grpo") {
+    if (!GROUPED(s.phase)) {
       parts.push(s.fresh ? badge("fresh", "fresh") : badge("restored \u00b7 verified", "restored"), " ");
       parts.push("depth " + (s.start_round || 0) + " rounds (" + (s.start_macro_index || 0) + " macro-steps)");
       if (s.start_policy_version !== null && s.start_policy_version !== undefined)

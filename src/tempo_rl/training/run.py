@@ -270,6 +270,10 @@ def build_trainer(
         from tempo_rl.training.tempo import TempoTrainer
 
         return TempoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
+    if config.algorithm == "gigpo":
+        from tempo_rl.training.gigpo import GigpoTrainer
+
+        return GigpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
     from tempo_rl.training.grpo import GrpoTrainer
 
     return GrpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)

@@ -39,12 +39,22 @@ _CONSOLE_KEYS = (
 
 def console_line(step: int, metrics: Mapping[str, float]) -> str:
     """One short console line per update."""
-    phase = {0.0: "warm-up", 1.0: "TD", 2.0: "GRPO"}.get(float(metrics.get("train/phase", -1.0)), "start")
+    phase = {0.0: "warm-up", 1.0: "TD", 2.0: "GRPO", 3.0: "GiGPO"}.get(
+        float(metrics.get("train/phase", -1.0)), "start"
+    )
     parts = [f"[{step:>3}] {phase:<7}"]
     for key, short in _CONSOLE_KEYS:
         value = metrics.get(key)
         if isinstance(value, int | float) and not math.isnan(value):
             parts.append(f"{short}={value:.3g}")
+    if metrics.get("tempo/handover") == 1.0:
+        reading = float(metrics.get("tempo/handover_reading", math.nan))
+        why = (
+            "the warm-up cap"
+            if metrics.get("tempo/handover_at_cap") == 1.0
+            else f"the critic's reading {reading:.3g} reached the gate"
+        )
+        parts.append(f"| hands over to TD: {why}")
     return " ".join(parts)
 
 
@@ -62,7 +72,7 @@ def summarize(metrics_path: Path) -> dict[str, Any]:
     records = read_metrics(metrics_path) if Path(metrics_path).exists() else []
     warm = [r for r in records if _metric(r, "train/phase") == 0.0]
     td = [r for r in records if _metric(r, "train/phase") == 1.0]
-    grpo = [r for r in records if _metric(r, "train/phase") == 2.0]
+    grpo = [r for r in records if _metric(r, "train/phase") in (2.0, 3.0)]  # GRPO's or GiGPO's batches
     err = [_metric(r, "critic/abs_error_mean") for r in warm]
     eval_records = [r for r in records if not math.isnan(_metric(r, "eval/success_rate"))]
     evals = [(int(r.get("step", 0)), _metric(r, "eval/success_rate")) for r in eval_records]

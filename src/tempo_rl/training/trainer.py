@@ -47,6 +47,9 @@ __all__ = ["MacroStepTrainer", "TrainerState", "UpdateTimer"]
 
 T = TypeVar("T")
 
+#: A branch's advantage: one number for all its sampled tokens, or one per round (GiGPO's step level).
+Advantage = float | Sequence[float] | np.ndarray
+
 #: Advantages at or below this magnitude carry no gradient: such Datums are not sent.
 ADV_ATOL = 1e-12
 #: Mixed into the evaluation seed (see :meth:`MacroStepTrainer.eval_seed`): a stream of its own, apart from run.seed.
@@ -72,6 +75,9 @@ class TrainerState:
         critic_replay: with ``tempo.warmup_replay``, the warm-up's critic examples so far, each
             ``{"prompt": [...], "completion": [...], "weight": w}`` (a cross-entropy Datum's makings); emptied
             when TD begins.
+        critic_readings: the hand-over gate's reading of each warm-up update (the critic's correlation with
+            its fresh episodes' Monte Carlo returns, before training on them; NaN where undefined).
+        handover_update: the updates done when TEMPO handed over from the warm-up to TD (None: not yet).
     """
 
     update: int = 0
@@ -84,6 +90,8 @@ class TrainerState:
     kl_reference_version: int | None = None
     cost: CostLedger = field(default_factory=CostLedger)
     critic_replay: list[dict[str, Any]] = field(default_factory=list)
+    critic_readings: list[float | None] = field(default_factory=list)
+    handover_update: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -98,6 +106,8 @@ class TrainerState:
             "kl_reference_version": self.kl_reference_version,
             "cost": self.cost.to_json(),
             "critic_replay": self.critic_replay,
+            "critic_readings": self.critic_readings,
+            "handover_update": self.handover_update,
         }
 
     @classmethod
@@ -509,33 +519,41 @@ class MacroStepTrainer(abc.ABC):
         return len(tokenizer) if tokenizer is not None else None
 
     def actor_datums(
-        self, branches: Sequence[BranchResult], advantages: Sequence[float], *, role: str = "actor"
+        self, branches: Sequence[BranchResult], advantages: Sequence[Advantage], *, role: str = "actor"
     ) -> list[Datum]:
         """One Datum per token sequence of each branch with a non-zero advantage (a branch has one sequence,
         plus one per chat-template restart, see :meth:`BranchResult.sequences`): context (prefix, observations)
-        logprob 0 / advantage 0; the sampled tokens carry their sampled logprobs and the branch advantage (the
-        same for every sequence of the branch). Context after the last sampled token (the final observation
-        turn) is cut: it carries no loss; a sequence without sampled tokens yields no Datum."""
+        logprob 0 / advantage 0; the sampled tokens carry their sampled logprobs and the branch's advantage, one
+        number for the whole branch or one per round (each turn's tokens carry their round's, see
+        :meth:`BranchResult.turn_values`). Context after the last sampled token (the final observation turn) is
+        cut: it carries no loss; a sequence without sampled tokens yields no Datum."""
         return [
-            self._actor_datum(tokens, logprobs, np.where(mask, np.float32(adv), np.float32(0.0)), role=role)
+            self._actor_datum(tokens, logprobs, np.where(mask, adv, 0.0), role=role)
             for tokens, logprobs, mask, adv in self._trained_sequences(branches, advantages)
-            if abs(adv) > ADV_ATOL
+            if np.any(np.abs(adv[mask]) > ADV_ATOL)
         ]
 
     @staticmethod
     def _trained_sequences(
-        branches: Sequence[BranchResult], advantages: Sequence[float]
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, float]]:
-        """``(tokens, sampled logprobs, sampled mask, A_n)`` of every token sequence of each branch with a finite
-        advantage, cut after its last sampled token; sequences without a sampled token are skipped."""
+        branches: Sequence[BranchResult], advantages: Sequence[Advantage]
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """``(tokens, sampled logprobs, sampled mask, per-token advantages)`` of every token sequence of each
+        branch with finite advantages, cut after its last sampled token; sequences without a sampled token are
+        skipped. A branch's advantage is one number or one per round (:meth:`BranchResult.turn_values`)."""
         for branch, adv in zip(branches, advantages):
-            if not math.isfinite(adv):
-                continue
-            for sequence in branch.sequences():
+            if isinstance(adv, (int, float)):
+                if not math.isfinite(adv):
+                    continue
+                per_token = [np.full(len(q.tokens), float(adv)) for q in branch.sequences()]
+            else:
+                if not np.all(np.isfinite(adv)):
+                    continue
+                per_token = branch.turn_values([float(a) for a in adv])
+            for sequence, values in zip(branch.sequences(), per_token):
                 tokens, logprobs, mask = sequence.arrays()
                 if mask.any():
                     end = int(np.flatnonzero(mask)[-1]) + 1
-                    yield tokens[:end], logprobs[:end], mask[:end], adv
+                    yield tokens[:end], logprobs[:end], mask[:end], values[:end]
 
     def _actor_datum(
         self, tokens: np.ndarray, logprobs: np.ndarray, advantages: np.ndarray, *, role: str = "actor"
@@ -575,7 +593,7 @@ class MacroStepTrainer(abc.ABC):
     async def anchored_actor_datums(
         self,
         branches: Sequence[BranchResult],
-        advantages: Sequence[float],
+        advantages: Sequence[Advantage],
         timer: UpdateTimer | None = None,
     ) -> tuple[list[Datum], dict[str, float]]:
         """:meth:`actor_datums` with the KL anchor (``kl.coef > 0``), and the anchor's metrics.
@@ -625,9 +643,7 @@ class MacroStepTrainer(abc.ABC):
             if ref.shape != (len(tokens),) or not np.all(np.isfinite(ref[mask])):
                 failures += 1
                 continue
-            advs = kl_penalized_advantages(
-                np.full(len(tokens), adv), logprobs.astype(np.float64), ref, coef=coef, mask=mask
-            )
+            advs = kl_penalized_advantages(adv, logprobs.astype(np.float64), ref, coef=coef, mask=mask)
             k1_sum += float(np.sum(logprobs[mask] - ref[mask]))
             n_tokens += int(mask.sum())
             if np.any(np.abs(advs) > ADV_ATOL):  # none when pi = pi_ref on a zero-advantage branch
@@ -706,7 +722,9 @@ class MacroStepTrainer(abc.ABC):
         version then counts the actor's steps only: a critic-only update leaves the policy, and so the store's
         ages, the prefix correction and the KL anchor's "pi is pi_ref" shortcut, where they were.
 
-        ``substeps`` overrides ``optim.substeps`` for this update (TEMPO's warm-up: ``tempo.warmup_substeps``).
+        ``substeps`` overrides ``optim.substeps`` for this update (TEMPO's warm-up: ``tempo.warmup_substeps``);
+        with the critic's own weights it applies to the critic's Datums only, and the actor's keep
+        ``optim.substeps`` (the warm-up's actor steps as GRPO's do).
         With no Datum (every group degenerate) no step is taken and the policy version does not change.
         Returns train metrics: datum counts, tokens, loss tokens (tokens with a non-zero advantage or
         cross-entropy weight), the summed loss over all minibatches and ``train/optim_steps``.
@@ -742,7 +760,8 @@ class MacroStepTrainer(abc.ABC):
             for client, part in parts:
                 if part:
                     params = self.adam_params(critic=client is own)
-                    part_loss, part_steps = self.optimise(client, part, wanted, params)
+                    n = wanted if own is None or client is own else self.config.optim.substeps
+                    part_loss, part_steps = self.optimise(client, part, n, params)
                     loss, steps = loss + part_loss, steps + part_steps
                     stepped.append(client)
             if self.c.training_client in stepped:
