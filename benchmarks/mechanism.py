@@ -200,6 +200,9 @@ ARMS: dict[str, dict[str, Any]] = {
     "oracle_flip30": {"algorithm": "tempo", "critic": "oracle", "oracle_flip_prob": 0.3},
     "mc": {"algorithm": "tempo", "critic": "monte_carlo"},
     "generative": {"algorithm": "tempo", "critic": "generative"},
+    # the ablation: the critic-only warm-up of a fixed length (the actor waits for TD)
+    "generative_critic_only": {"algorithm": "tempo", "critic": "generative", "critic_only_warmup": True},
+    "gigpo": {"algorithm": "gigpo"},
 }
 
 _ALL = tuple(ARMS)
@@ -207,7 +210,7 @@ _NO_PC = tuple(a for a in ARMS if a != "oracle_pc")
 #: knights' arms: its oracle is 1 from almost every state (16 steps leave room to remove and re-place pieces), so
 #: the oracle arm measured no signal over GRPO (+0.036 +- 0.040 AUC, 2026-12-05, at H = 4 with the actor at 1.0)
 #: and a noisy oracle has nothing to degrade; the flipped arms stay available with ``--arms``
-_KNIGHTS_ARMS = ("grpo", "oracle", "mc", "generative")
+_KNIGHTS_ARMS = ("grpo", "gigpo", "oracle", "mc", "generative")
 
 ENVS: dict[str, EnvSetting] = {
     "keydoor": EnvSetting(
@@ -366,6 +369,12 @@ QUICK = Scale(
 #: Per-update metrics kept in each run record (besides env steps and tokens).
 _KEEP = (
     "train/phase",
+    "tempo/handover",
+    "tempo/handover_reading",
+    "tempo/handover_at_cap",
+    "gigpo/anchor_groups",
+    "gigpo/shared_step_share",
+    "gigpo/step_advantage_share",
     "train/optim_steps",
     "train/actor_datums",
     "actor/degenerate_group_rate",
@@ -412,6 +421,14 @@ def make_config(
     spec = ARMS[arm]
     critic = spec.get("critic", "generative")
     generative = spec["algorithm"] == "tempo" and critic == "generative"
+    critic_only = bool(spec.get("critic_only_warmup", False))
+    games = scale.warmup_games if env.warmup_games is None else env.warmup_games
+    if generative and not critic_only:
+        # the warm-up plays GRPO's batch and trains the actor on it; its cap spends the env steps the fixed
+        # critic-only warm-up spends, and the hand-over gate may end it sooner
+        cap, games = max(1, scale.warmup_updates * games // scale.grpo_games), scale.grpo_games
+    else:
+        cap = scale.warmup_updates
     max_positions = 1 << max(11, (scale.max_trajectory_tokens - 1).bit_length())
     return validate_config(
         {
@@ -446,10 +463,10 @@ def make_config(
                 "states_per_batch": scale.states_per_batch,
                 "fresh_share": 0.5,
                 # the oracle and Monte Carlo critics are not trained: a critic warm-up has nothing to teach them
-                "warmup_updates": scale.warmup_updates if generative else 0,
-                "warmup_games_per_batch": scale.warmup_games
-                if env.warmup_games is None
-                else env.warmup_games,
+                "warmup_updates": cap if generative else 0,
+                "warmup_games_per_batch": games,
+                "warmup_trains_actor": not critic_only,
+                **({"handover_corr": None} if critic_only else {}),
                 **(generative_critic_design(scale) if generative else {}),
                 "td_updates": 1_000_000,  # stopped by the env-step budget
                 "prefix_correction": spec.get("prefix_correction", "off"),
@@ -734,7 +751,7 @@ def arm_task(
                     f"[mechanism]   {env.name} seed {seed} {arm} update {len(updates)}: {shown}",
                     file=sys.stderr,
                 )
-            if probed and probe is None and trainer.state.update >= cfg.tempo.warmup_updates:
+            if probed and probe is None and trainer.state.update >= trainer.warmup_length():
                 t0 = time.perf_counter()  # the warm-up is over: the critic's values on held-out states
                 probe = value_probe(trainer, scale.probe_games, probe_rollouts(env, scale), aside=True)
                 probe_s = time.perf_counter() - t0
@@ -1043,8 +1060,20 @@ def summarize(
                     [_mean_of(per_seed[s]["updates"], "actor/degenerate_group_rate") for s in seeds]
                 )[0],
             }
+            if grpo and arm != "grpo":
+                arm_sum["auc_minus_grpo"] = paired_difference(per_seed, grpo, budget)
             if ARMS[arm].get("critic") == "generative":
                 warm = [[u for u in per_seed[s]["updates"] if u.get("train/phase") == 0.0] for s in seeds]
+                # where the warm-up handed over to TD: its updates and env steps, and whether the gate did
+                arm_sum["handover_per_seed"] = [
+                    {
+                        "updates": len(w),
+                        "env_steps": w[-1]["env_steps"] if w else None,
+                        "gate": bool(w and w[-1].get("tempo/handover_at_cap") == 0.0),
+                        "reading": _finite(w[-1].get("tempo/handover_reading")) if w else None,
+                    }
+                    for s, w in zip(seeds, warm)
+                ]
                 # the last warm-up update's own correlation: None where it is undefined (every target of its
                 # batch equal, e.g. every episode lost), not an earlier update's
                 arm_sum["warmup_value_corr_last_per_seed"] = [
@@ -1106,6 +1135,25 @@ _PROBE_LINE_KEYS = (
     "corr_v_vpi_corrected",
     "ceiling_vpi_return_corrected",
 )
+
+
+def paired_difference(
+    arm: Mapping[int, Mapping[str, Any]], grpo: Mapping[int, Mapping[str, Any]], budget: int
+) -> dict[str, Any]:
+    """The arm's success AUC less GRPO's on each seed both ran (a paired difference: the same warm start), its
+    mean and SE, on how many seeds it is positive, the most negative one, and whether the mean exceeds 2 SE."""
+    common = sorted(set(arm) & set(grpo))
+    diffs = [success_auc(arm[s]["curve"], budget) - success_auc(grpo[s]["curve"], budget) for s in common]
+    m, se, n = mean_se(diffs)
+    return {
+        "per_seed": diffs,
+        "mean": m,
+        "se": se,
+        "seeds_positive": sum(1 for d in diffs if d > 0),
+        "min": min(diffs) if diffs else None,
+        "n": n,
+        "above_2se": bool(m is not None and se is not None and m > 2 * se),
+    }
 
 
 def _mean_of(updates: Sequence[Mapping[str, float]], key: str) -> float | None:
@@ -1197,6 +1245,17 @@ def headline(
             line[f"{env_name}/{arm}/seeds_reaching_grpo_final"] = s["seeds_reaching_grpo_final"]
             line[f"{env_name}/{arm}/tokens_at_budget"] = _round(s["tokens_at_budget"], 0)
             line[f"{env_name}/{arm}/wall_s"] = _round(s["wall_s"], 1)
+            if (d := s.get("auc_minus_grpo")) and d["n"]:
+                line[f"{env_name}/{arm}/auc_minus_grpo"] = {
+                    "mean": _round(d["mean"]),
+                    "se": _round(d["se"]),
+                    "positive": f"{d['seeds_positive']}/{d['n']}",
+                    "min": _round(d["min"]),
+                }
+            if "handover_per_seed" in s:
+                line[f"{env_name}/{arm}/handover_env_steps"] = [
+                    h["env_steps"] for h in s["handover_per_seed"]
+                ]
             if "warmup_value_corr_last_per_seed" in s:
                 line[f"{env_name}/{arm}/warmup_value_corr_last"] = _round(
                     s["warmup_value_corr_last_per_seed"]

@@ -194,8 +194,62 @@ def test_warmup_update_uses_monte_carlo_targets_and_fills_the_store():
     assert metrics["target/mc_return_mean"] == pytest.approx(np.mean(targets))
     assert metrics["warmup/stored_states"] >= 1  # warm-up states also go into the store
     assert metrics["warmup/success_rate"] == pytest.approx(np.mean([r["won"] for r in trajectories]))
-    # critic-only update
-    assert _datums(training, "actor") == []
+    # the actor trains on the same episodes with each group's GRPO advantages, A_n = R_n - mean(R)
+    expected = []
+    for game in range(2):
+        returns = [rec["return"] for rec in trajectories[game * 4 : (game + 1) * 4]]
+        expected += [r - np.mean(returns) for r in returns if r != np.mean(returns)]
+    actor = _datums(training, "actor")
+    sent = [
+        float(d.loss_fn_inputs["advantages"][np.flatnonzero(d.loss_fn_inputs["advantages"])[0]])
+        for d in actor
+    ]
+    assert len(expected) > 0 and sent == pytest.approx(expected)
+
+
+def test_warmup_actor_advantages_by_hand():
+    """Two games of 3 branches: returns (1, 0, 0) and (1, 1, 1); the second group is degenerate; an errored
+    branch is dropped before centring; with the actor frozen every advantage is 0."""
+    from tempo_rl.rollout.branches import BranchResult
+    from tempo_rl.training.tempo import warmup_actor_advantages
+
+    def branch(reward: float, end: str = "terminated") -> BranchResult:
+        b = BranchResult(start_index=0, tokens=[], prefix_len=0, logprobs=[], sampled_mask=[])
+        b.rewards, b.end_reason = [0.0, reward], end  # type: ignore[assignment]
+        return b
+
+    rows = [[branch(1.0), branch(0.0), branch(0.0), branch(1.0, "error")], [branch(1.0)] * 3]
+    played, adv, degenerate = warmup_actor_advantages(rows, True)
+    assert len(played) == 6 and degenerate == 0.5
+    assert adv == pytest.approx([2 / 3, -1 / 3, -1 / 3, 0.0, 0.0, 0.0])
+    assert warmup_actor_advantages(rows, False)[1] == [0.0] * 6
+
+
+def test_the_gate_hands_over_when_its_reading_crosses_the_threshold_and_never_after_the_cap():
+    from tempo_rl.training.tempo import handover_reason, window_reading
+
+    t = tiny_config("tempo.warmup_updates=5", "tempo.handover_corr=0.5", "tempo.handover_window=2").tempo
+    readings = [0.2, None, 0.45, 0.56, 0.7]
+    # the windows' means after each update: undefined, undefined (a None), undefined, 0.505, 0.63
+    means = [window_reading(readings[: i + 1], 2) for i in range(5)]
+    assert all(np.isnan(means[:3])) and means[3:] == pytest.approx([0.505, 0.63])
+    assert [handover_reason(i + 1, m, t) for i, m in enumerate(means)] == [None, None, None, "gate", "gate"]
+    # 0.4999 never reaches 0.5: the cap hands over after update 5, and never later
+    assert [handover_reason(d, 0.4999, t) for d in (4, 5, 6)] == [None, "cap", "cap"]
+    off = t.model_copy(update={"warmup_updates": 3, "handover_corr": None})
+    assert [handover_reason(d, 1.0, off) for d in (1, 2, 3)] == [None, None, "cap"]
+
+
+def test_tempo_runs_its_td_updates_after_an_early_hand_over():
+    # any defined reading passes -1: the gate hands over after the first warm-up update
+    cfg = tiny_config(
+        "tempo.warmup_updates=4", "tempo.td_updates=1", "tempo.handover_window=1", "tempo.handover_corr=-1.0"
+    )
+    trainer, _s, _t, _traj, logged = _trainer(cfg, p_right=0.5, undecided=0.5)
+    trainer.train()
+    phases = [m["train/phase"] for _, m in logged]
+    assert phases == [0.0, 1.0] and trainer.state.handover_update == 1
+    assert logged[0][1]["tempo/handover"] == 1.0 and logged[0][1]["tempo/handover_at_cap"] == 0.0
 
 
 def test_warmup_state_stride_gives_the_critic_every_round_and_the_store_every_h():

@@ -1,6 +1,6 @@
 """The TEMPO trainer: critic warm-up on Monte Carlo returns, then macro-step TD updates.
 
-**Warm-up update** (``tempo.warmup_updates`` of them, critic only):
+**Warm-up update** (until the hand-over, at most ``tempo.warmup_updates``):
 
 * ``warmup_games_per_batch`` fresh games x N branches play full episodes (up to T rounds);
 * the states every S rounds (S, 2S, ... strictly before the episode's end; S = ``warmup_state_stride``,
@@ -11,9 +11,13 @@
   mean of its branches' returns ``G_0 = mean_n sum_u r_u^(n)`` as target: one Monte Carlo estimate of
   ``V(s_0)`` over N episodes instead of N copies of the state against single 0/1 outcomes;
 * K critic samples on each boundary state, rewards ``-|V_k - G_t| / R_max`` (or Brier), centred over K;
-  critic Datums only (plus, with the KL anchor ``kl.coef > 0``, the episodes' actor tokens trained by the
-  anchor alone, see :class:`~tempo_rl.training.config.KLConfig`); one optimiser step (``optim.substeps``
-  minibatch steps);
+* the actor trains on the same episodes as GRPO would: each game's N branches are a group and branch n gets
+  ``A_n = R_n - mean_n R`` (``tempo.warmup_trains_actor``; with the KL anchor ``kl.coef > 0`` its tokens'
+  advantages are penalised as in TD, see :class:`~tempo_rl.training.config.KLConfig`); critic and actor Datums
+  in one optimiser step (``tempo.warmup_substeps`` minibatch steps);
+* the hand-over gate: the critic's correlation with this batch's Monte Carlo targets, read *before* it trains
+  on them (``critic/value_corr``), averaged over the last ``tempo.handover_window`` warm-up updates; TD begins
+  once it reaches ``tempo.handover_corr``, or after ``tempo.warmup_updates`` (:func:`handover_reason`);
 * every non-terminal macro-step boundary (rounds H, 2H, ...) also goes into the StateStore (the reference
   discarded them).
 
@@ -72,6 +76,29 @@ from tempo_rl.training.trainer import MacroStepTrainer, UpdateTimer
 from tempo_rl.training.types import EndpointValues, StartState, StoredState
 
 __all__ = ["TempoTrainer", "choose_starts", "endpoint_state"]
+
+
+def warmup_actor_advantages(
+    results: Sequence[Sequence[BranchResult]], trains_actor: bool
+) -> tuple[list[BranchResult], list[float], float]:
+    """The warm-up's played branches (errors dropped), their actor advantages and the degenerate-group rate.
+
+    A warm-up game's N branches are full episodes from one start: GRPO's group. With ``trains_actor`` each
+    branch gets its group's GRPO advantage ``A_n = R_n - mean_n R`` (``R_n`` its episode return; exactly what
+    ``algorithm = "grpo"`` computes on the same batch); otherwise 0 (the KL anchor alone trains, if on)."""
+    played: list[BranchResult] = []
+    advantages: list[float] = []
+    degenerate: list[bool] = []
+    for row in results:
+        kept = [b for b in row if b.end_reason != "error"]
+        if not kept:
+            continue
+        returns = np.array([b.segment_reward for b in kept], dtype=np.float64)
+        adv = np.asarray(group_advantages(returns)) if trains_actor else np.zeros(len(kept))
+        degenerate.append(bool(np.all(np.abs(adv) <= 1e-12)))
+        played.extend(kept)
+        advantages.extend(float(a) for a in adv)
+    return played, advantages, float(np.mean(degenerate)) if degenerate else math.nan
 
 
 def bootstraps(branch: BranchResult, tempo: TempoConfig) -> bool:
@@ -166,6 +193,23 @@ def endpoint_state(
         macro_steps=max(1, rounds // tempo.macro_rounds),
         privileged_state=branch.privileged_state_at(rounds, start.privileged_state),
     )
+
+
+def window_reading(readings: Sequence[float | None], window: int) -> float:
+    """The mean of the last ``window`` readings; NaN while fewer exist or any of them is undefined (None)."""
+    last = list(readings[-window:])
+    if len(last) < window or any(r is None for r in last):
+        return math.nan
+    return float(np.mean([float(r) for r in last if r is not None]))
+
+
+def handover_reason(done: int, reading: float, tempo: TempoConfig) -> str | None:
+    """Whether TEMPO hands over to TD after ``done`` warm-up updates: ``"gate"`` when ``tempo.handover_corr``
+    is set and the window's reading (:func:`window_reading`) reaches it, ``"cap"`` at ``tempo.warmup_updates``,
+    else None."""
+    if tempo.handover_corr is not None and math.isfinite(reading) and reading >= tempo.handover_corr:
+        return "gate"
+    return "cap" if done >= tempo.warmup_updates else None
 
 
 def critic_signals(
@@ -378,20 +422,40 @@ def td_records(
 
 
 class TempoTrainer(MacroStepTrainer):
-    """TEMPO: ``tempo.warmup_updates`` critic warm-up updates, then ``tempo.td_updates`` TD updates."""
+    """TEMPO: warm-up updates until the critic has earned the hand-over (:func:`handover_reason`, at most
+    ``tempo.warmup_updates``), then ``tempo.td_updates`` TD updates."""
+
+    def warmup_length(self) -> int:
+        """Warm-up updates: where the gate handed over, else the cap ``tempo.warmup_updates``."""
+        handed = self.state.handover_update
+        return self.config.tempo.warmup_updates if handed is None else handed
 
     def total_updates(self) -> int:
-        t = self.config.tempo
-        return t.warmup_updates + t.td_updates
+        return self.warmup_length() + self.config.tempo.td_updates
 
     async def update(self, index: int) -> dict[str, float]:
-        if index < self.config.tempo.warmup_updates:
+        if index < self.warmup_length():
             metrics = await self.warmup_update(index)
             metrics["train/phase"] = 0.0
+            metrics.update(self.gate(index, metrics.get("critic/value_corr", math.nan)))
         else:
             metrics = await self.td_update(index)
             metrics["train/phase"] = 1.0
         metrics.update(self.store_metrics())
+        return metrics
+
+    def gate(self, index: int, reading: float) -> dict[str, float]:
+        """Record warm-up update ``index``'s critic reading and hand over to TD when :func:`handover_reason`
+        says so; the metrics ``tempo/handover_reading`` (the window's mean) and, at the hand-over,
+        ``tempo/handover`` = 1 with ``tempo/handover_at_cap`` (1: the cap, 0: the gate)."""
+        t = self.config.tempo
+        self.state.critic_readings.append(reading if math.isfinite(reading) else None)
+        window = window_reading(self.state.critic_readings, t.handover_window)
+        metrics = {"tempo/handover_reading": window}
+        reason = handover_reason(index + 1, window, t)
+        if reason is not None:
+            self.state.handover_update = index + 1
+            metrics.update({"tempo/handover": 1.0, "tempo/handover_at_cap": float(reason == "cap")})
         return metrics
 
     def store_metrics(self) -> dict[str, float]:
@@ -515,11 +579,12 @@ class TempoTrainer(MacroStepTrainer):
             metrics["warmup/replayed_datums"] = float(replayed)
         else:
             datums, critic_degenerate = self.critic_datums_of(estimates, targets, td=False)
-        if t.train_actor:  # advantage 0: the episodes' actor tokens are trained by the KL anchor alone, if on
-            played = [b for row in results for b in row if b.end_reason != "error"]
-            anchored, kl_metrics = await self.anchored_actor_datums(played, [0.0] * len(played), timer)
+        if t.train_actor:
+            played, advantages, degenerate = warmup_actor_advantages(results, t.warmup_trains_actor)
+            anchored, kl_metrics = await self.anchored_actor_datums(played, advantages, timer)
             datums.extend(anchored)
             metrics.update(kl_metrics)
+            metrics["actor/degenerate_group_rate"] = degenerate
         metrics.update(self.train_step(datums, timer, substeps=t.warmup_substeps))
         episodes = [b for row in results for b in row if b.end_reason != "error"]
         metrics.update(
