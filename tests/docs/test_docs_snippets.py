@@ -28,6 +28,7 @@ EXECUTED_PAGES = (
     "tutorial-adapter.md",
     "signals-in-other-frameworks.md",
     "arc.md",
+    "gigpo.md",
 )
 FENCE = re.compile(r"^```python(?P<attrs>[^\n]*)\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 INCLUDE = re.compile(r'^--8<-- "(?P<path>[^"]+)"\s*$', re.MULTILINE)
