@@ -135,10 +135,10 @@ def test_eval_takes_import(
         args = _eval_parser().parse_args(
             ["eval", str(tmp_path / "nowhere"), "--import", "my_eval_env_module"]
         )
-        assert args.func(args) == 1  # no run there; but the import ran first
+        assert args.func(args) == 2  # no run there; but the import ran first
         assert "my-eval-keydoor" in available()
         bad = _eval_parser().parse_args(["eval", str(tmp_path), "--import", "no_such_module_for_eval"])
-        assert bad.func(bad) == 1 and "no_such_module_for_eval" in capsys.readouterr().err
+        assert bad.func(bad) == 2 and "no_such_module_for_eval" in capsys.readouterr().err
     finally:
         unregister("my-eval-keydoor")
 
@@ -156,7 +156,7 @@ def test_eval_of_a_run_without_a_checkpoint_is_refused(
     run_dir.mkdir()
     (run_dir / "config.toml").write_text(tiny_config().to_toml())  # killed before its first checkpoint
     args = _eval_parser().parse_args(["eval", str(run_dir)])
-    assert args.func(args) == 1
+    assert args.func(args) == 2
     err = capsys.readouterr().err
     assert "no checkpoint yet" in err and f"tempo-rl train --resume {run_dir}" in err
     assert not (run_dir / "eval").exists()

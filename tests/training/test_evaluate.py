@@ -201,6 +201,7 @@ def test_cli_eval_on_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixtu
     import argparse
 
     from tempo_rl.cli import evaluate as eval_cli
+    from tempo_rl.cli import main
     from tempo_rl.training.config import load_config
     from tempo_rl.training.run import train_run
 
@@ -218,8 +219,7 @@ def test_cli_eval_on_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixtu
     ]
     assert [line["type"] for line in lines] == ["episode", "episode", "summary"]
     assert all(line["steps"] <= 4 for line in lines[:2]) and lines[2]["overall"]["episodes"] == 2
-    bad = parser.parse_args(["eval", str(tmp_path / "nowhere")])
-    assert bad.func(bad) == 1 and "config.toml" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "nowhere")]) == 2 and "no such folder" in capsys.readouterr().err
 
 
 def test_alfworld_games_group_by_split_and_task_type() -> None:

@@ -57,5 +57,5 @@ def test_cli_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "pngs")]) == 0
     out = capsys.readouterr().out
     assert str(tmp_path / "pngs" / "critic.png") in out
-    assert main(["plot", str(tmp_path / "missing")]) == 1
-    assert "no metrics file" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "missing")]) == 2
+    assert "no such folder" in capsys.readouterr().err

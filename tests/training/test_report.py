@@ -266,11 +266,11 @@ def test_cli_writes_the_report_and_refuses_a_non_run(run_dir: Path, tmp_path: Pa
     assert main(["report", str(run_dir), "--out", str(out)]) == 0
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert str(out) in capsys.readouterr().out
-    assert main(["report", str(tmp_path / "nothing")]) == 1
-    assert "not a directory" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "no such folder" in capsys.readouterr().err
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert main(["report", str(empty)]) == 1
+    assert main(["report", str(empty)]) == 2
     assert "neither metrics.jsonl nor trajectories.jsonl" in capsys.readouterr().err
 
 

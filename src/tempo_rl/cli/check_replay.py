@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from tempo_rl.cli import add_documented_parser, add_import_option, import_user_modules
+from tempo_rl.cli import add_documented_parser, add_import_option, checks, command, import_user_modules
 
 #: the :func:`~tempo_rl.envs.check.check_replay` parameters this command sets from its options of the same
 #: name (``--continue-steps`` sets ``continue_steps``)
@@ -55,13 +55,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+@command("check-replay")
 def run(args: argparse.Namespace) -> int:
     """Run the check; 0 when every restore matched, 1 on any divergence, 2 on a bad spec or arguments."""
     from tempo_rl.envs import check_replay
     from tempo_rl.envs.registry import UnknownEnvError
 
-    if not import_user_modules("check-replay", getattr(args, "imports", [])):
-        return 2
+    import_user_modules("check-replay", getattr(args, "imports", []))
+    for option, at_least in (("steps", 1), ("trials", 1), ("restores", 0), ("continue_steps", 0)):
+        checks.whole("--" + option.replace("_", "-"), getattr(args, option), at_least=at_least)
+    checks.number("--invalid-share", args.invalid_share, at_least=0.0, at_most=1.0)
     try:
         report = check_replay(args.spec, **{name: getattr(args, name) for name in _CHECK_OPTIONS})
     except (UnknownEnvError, TypeError, ValueError, ImportError) as exc:

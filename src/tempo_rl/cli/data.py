@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tempo_rl.cli import add_documented_parser
+from tempo_rl.cli import CommandError, add_documented_parser, checks, command
 
 DOWNLOAD_HOST = ("github.com", 443)
 
@@ -163,22 +163,43 @@ def _downloader() -> str | None:
     return str(candidate) if candidate.is_file() else None
 
 
+def _check(args: argparse.Namespace) -> None:
+    """Check every option before anything is generated, planned or downloaded.
+
+    Raises:
+        CommandError: a number out of range, or a folder option that names a file or cannot be written.
+    """
+    checks.whole("--generate", args.generate, at_least=0)
+    checks.number("--timeout", args.timeout, above=0.0)
+    checks.whole("--workers", args.workers, at_least=1)
+    checks.number("--plan-timeout", args.plan_timeout, above=0.0)
+    if not args.split or "/" in args.split or args.split in (".", ".."):
+        raise CommandError(f"--split {args.split!r} is not a split name; pass a folder name such as train")
+    if args.plan is not None:
+        checks.existing_dir(
+            "--plan", args.plan, what="a folder of ALFWorld games (e.g. DIR/json_2.1.1/train)"
+        )
+        if args.cache_dir is not None:
+            checks.output_dir("--cache-dir", args.cache_dir, fix="pass a folder for the walkthrough cache")
+        return
+    option = "--dir" if args.dir is not None else "the data folder ($ALFWORLD_DATA or ~/.cache/alfworld)"
+    checks.output_dir(option, _target_dir(args), fix="pass --dir with a folder for the ALFWorld data")
+
+
+@command("data")
 def run_alfworld(args: argparse.Namespace) -> int:
     """Show, download or generate ALFWorld data; see the module docstring for exit codes."""
+    _check(args)
     if args.plan is not None:
         return run_plan(args)
     root = _target_dir(args)
-    if args.generate < 0:
-        print("error: --generate must be >= 0", file=sys.stderr)
-        return 2
     if args.generate:
         try:
             from tempo_rl.envs.alfworld.generator import generate_games
 
             games = generate_games(root, per_type=args.generate, seed=args.seed, split=args.split)
         except (ImportError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            raise CommandError(str(exc)) from None
         print(f"generated {len(games)} games ({sum(g.solvable for g in games)} solvable) in {root}")
         _print_counts(root)
         return 0
@@ -186,15 +207,10 @@ def run_alfworld(args: argparse.Namespace) -> int:
         return 0
     why = reachable(DOWNLOAD_HOST, args.timeout)
     if why is not None:
-        print("error: " + _offline_help(root, why), file=sys.stderr)
-        return 3
+        raise CommandError(_offline_help(root, why), code=3)
     script = _downloader()
     if script is None:
-        print(
-            "error: alfworld-download not found; install the extra: pip install 'tempo-rl[alfworld]'",
-            file=sys.stderr,
-        )
-        return 2
+        raise CommandError("alfworld-download not found; install the extra: pip install 'tempo-rl[alfworld]'")
     root.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "ALFWORLD_DATA": str(root)}
     if args.full:
@@ -225,22 +241,15 @@ def run_plan(args: argparse.Namespace) -> int:
     from tempo_rl.envs.alfworld.walkthrough import default_cache_dir
 
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
-    if workers < 1 or not args.plan_timeout > 0:
-        print("error: --workers must be >= 1 and --plan-timeout > 0", file=sys.stderr)
-        return 2
     missing = [m for m in ("textworld", "alfworld", "fast_downward") if importlib.util.find_spec(m) is None]
     if missing:
-        print(
-            f"error: --plan needs the alfworld extra ({', '.join(missing)} missing): "
-            "pip install 'tempo-rl[alfworld]'",
-            file=sys.stderr,
+        raise CommandError(
+            f"--plan needs the alfworld extra ({', '.join(missing)} missing): pip install 'tempo-rl[alfworld]'"
         )
-        return 2
     try:
         files, skipped = discover_plan_targets(args.plan)
     except AlfworldDataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from None
     cache = Path(args.cache_dir).expanduser() if args.cache_dir is not None else default_cache_dir()
     from tempo_rl.training.metrics import ProgressBar
 
@@ -256,10 +265,12 @@ def run_plan(args: argparse.Namespace) -> int:
         report = plan_walkthroughs(
             files, cache_dir=cache, workers=workers, timeout=args.plan_timeout, on_outcome=progress
         )
-    except (AlfworldDataError, OSError) as exc:
+    except AlfworldDataError as exc:
         bar.close()
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from None
+    except OSError as exc:
+        bar.close()
+        raise CommandError(f"planning failed: {exc}; check --plan and --cache-dir") from None
     bar.close()
     print(f"{args.plan}: {report.summary()}")
     if skipped:

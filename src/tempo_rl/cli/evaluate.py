@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
+from pathlib import Path
 from typing import Any
 
-from tempo_rl.cli import add_import_option, import_user_modules
+from tempo_rl.cli import CommandError, add_import_option, checks, command, import_user_modules
 
 
 def add_parser(subparsers: Any) -> None:
@@ -32,8 +32,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--splits",
         nargs="+",
-        default=["valid_seen", "valid_unseen"],
-        help="ALFWorld splits (with --alfworld-root)",
+        default=None,
+        help="ALFWorld splits (with --alfworld-root; default: valid_seen valid_unseen)",
     )
     parser.add_argument("--per-split", type=int, default=None, help="ALFWorld games per split (default: all)")
     add_import_option(parser)
@@ -44,38 +44,90 @@ def _fmt(value: Any) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
+def _check(args: argparse.Namespace) -> tuple[Path, Any]:
+    """Check every input before anything is built or played; returns the run directory and its config.
+
+    Raises:
+        CommandError: a bad option, a run directory that is not a readable run with a checkpoint, an env that
+            is not registered, or an output folder that cannot be written.
+    """
+    from tempo_rl.training.checkpoint import latest_checkpoint
+    from tempo_rl.training.config import load_config
+    from tempo_rl.training.rundir import CONFIG_FILE
+
+    checks.whole("--episodes", args.episodes, at_least=1)
+    checks.whole("--batch-size", args.batch_size, at_least=1)
+    checks.whole("--per-split", args.per_split, at_least=1)
+    checks.number("--temperature", args.temperature, at_least=0.0)
+    if args.alfworld_root is None:
+        given = [o for o, v in (("--splits", args.splits), ("--per-split", args.per_split)) if v is not None]
+        if given:
+            raise CommandError(
+                f"{' and '.join(given)} choose ALFWorld games and need --alfworld-root DIR (the ALFWorld data "
+                "root); pass it, or drop them to evaluate the run's own evaluation seeds"
+            )
+    else:
+        checks.existing_dir(
+            "--alfworld-root", args.alfworld_root, what="the ALFWorld data root (holds json_2.1.1/)"
+        )
+        if args.episodes is not None:
+            raise CommandError(
+                "--episodes counts the run's evaluation seeds, not ALFWorld games; with --alfworld-root use "
+                "--per-split N instead"
+            )
+    run_dir = checks.run_to_read(args.run_dir, needs=CONFIG_FILE)
+    config = load_config(run_dir / CONFIG_FILE)
+    from tempo_rl.envs.registry import UnknownEnvError, available, get_factory
+
+    if args.alfworld_root is None:
+        try:
+            get_factory(config.env.name)
+        except UnknownEnvError:
+            raise CommandError(
+                f"the run's env {config.env.name!r} (env.name in {run_dir / CONFIG_FILE}) is not registered; "
+                "pass --import MODULE with the module that registers it (available envs: "
+                f"{', '.join(available())})"
+            ) from None
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise CommandError(
+            f"RUN_DIR {run_dir} has no checkpoint yet (the run stopped before its first one), so there is no "
+            f"trained policy to evaluate; continue it with `tempo-rl train --resume {run_dir}` first"
+        )
+    if args.out is not None:
+        checks.output_dir(
+            "--out", args.out, fix="pass a folder for eval_trajectories.jsonl and eval_summary.json"
+        )
+    else:
+        checks.output_dir("RUN_DIR", run_dir / "eval", fix="pass --out DIR to write the evaluation elsewhere")
+    return run_dir, config
+
+
+@command("eval")
 def run(args: argparse.Namespace) -> int:
-    """Evaluate and print the summary; exit code 1 on a configuration problem."""
-    from tempo_rl.training.config import ConfigError
+    """Evaluate and print the summary; exit code 2 on a bad input (checked before any game is played)."""
     from tempo_rl.training.evaluate import EVAL_SUMMARY_FILE, alfworld_games, evaluate_run
 
-    if not import_user_modules("eval", getattr(args, "imports", [])):
-        return 1
-    if args.episodes is not None and args.episodes < 1:
-        print("tempo-rl eval: --episodes must be >= 1", file=sys.stderr)
-        return 1
-    try:
-        games = None
-        if args.alfworld_root is not None:
-            from tempo_rl.training.config import load_config
-            from tempo_rl.training.run import CONFIG_FILE
-
-            config = load_config(f"{args.run_dir}/{CONFIG_FILE}")
-            kwargs = {k: v for k, v in config.env.kwargs.items() if k != "game_file"}
-            games = alfworld_games(
-                args.alfworld_root, args.splits, per_split=args.per_split, env_kwargs=kwargs
+    import_user_modules("eval", getattr(args, "imports", []))
+    run_dir, config = _check(args)
+    games = None
+    if args.alfworld_root is not None:
+        kwargs = {k: v for k, v in config.env.kwargs.items() if k != "game_file"}
+        splits = args.splits if args.splits is not None else ["valid_seen", "valid_unseen"]
+        games = alfworld_games(args.alfworld_root, splits, per_split=args.per_split, env_kwargs=kwargs)
+        if not games:
+            raise CommandError(
+                f"--alfworld-root {args.alfworld_root} holds no game of the splits {' '.join(splits)}; pass the "
+                "folder that holds json_2.1.1/ and splits it has (tempo-rl data alfworld lists them)"
             )
-        summary = evaluate_run(
-            args.run_dir,
-            games=games,
-            episodes=args.episodes,
-            temperature=args.temperature,
-            out_dir=args.out,
-            batch_size=args.batch_size,
-        )
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
-        print(f"tempo-rl eval: {exc}", file=sys.stderr)
-        return 1
+    summary = evaluate_run(
+        run_dir,
+        games=games,
+        episodes=args.episodes,
+        temperature=args.temperature,
+        out_dir=args.out,
+        batch_size=args.batch_size,
+    )
     overall = summary["overall"]
     print(
         f"episodes {int(overall['episodes'])}  success {_fmt(overall['success_rate'])}  "

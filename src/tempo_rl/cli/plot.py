@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
+
+from tempo_rl.cli import CommandError, command
 
 
 def add_parser(subparsers: Any) -> None:
@@ -19,18 +20,29 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+@command("plot")
 def run(args: argparse.Namespace) -> int:
-    """Write the plots; print one line per PNG. Exit code 1 when there is nothing to plot."""
-    from tempo_rl.training.plots import plot_run
+    """Write the plots; print one line per PNG. Exit code 2 when RUN_DIR holds no readable metrics, nothing to
+    plot, or ``--out`` cannot be written (checked before anything is drawn; the run directory is never
+    changed)."""
+    from tempo_rl.cli import checks
+    from tempo_rl.training.plots import load_metrics, plot_run
+    from tempo_rl.training.rundir import METRICS_FILE
 
-    try:
-        written = plot_run(args.run_dir, args.out)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"tempo-rl plot: {exc}", file=sys.stderr)
-        return 1
+    run_dir = checks.run_to_read(args.run_dir, needs=METRICS_FILE)
+    if args.out is not None:
+        out = checks.output_dir("--out", args.out, fix="pass a folder for the PNGs")
+    else:
+        out = checks.output_dir(
+            "RUN_DIR", run_dir / "plots", fix="pass --out DIR to write the PNGs elsewhere"
+        )
+    if not load_metrics(run_dir):
+        raise CommandError(
+            f"{run_dir / METRICS_FILE} holds no records yet; train for at least one update first"
+        )
+    written = plot_run(run_dir, out)
     if not written:
-        print("tempo-rl plot: metrics.jsonl has none of the plotted metrics", file=sys.stderr)
-        return 1
+        raise CommandError(f"{run_dir / METRICS_FILE} holds none of the plotted metrics; nothing to plot")
     for path, panels in written.items():
         print(f"{path}: {', '.join(panels)}")
     return 0

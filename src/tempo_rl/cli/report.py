@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
+
+from tempo_rl.cli import CommandError, command
 
 
 def add_parser(subparsers: Any) -> None:
@@ -24,15 +25,29 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+@command("report")
 def run(args: argparse.Namespace) -> int:
-    """Write the report; print its path and size. Exit code 1 when RUN_DIR is not a readable run."""
-    from tempo_rl._optional import MissingDependencyError
-    from tempo_rl.training.report import write_report
+    """Write the report; print its path and size. Exit code 2 when RUN_DIR is not a readable run or ``--out``
+    cannot be written (checked before the page is built; the run directory is never changed)."""
+    from tempo_rl.cli import checks
+    from tempo_rl.training.report import REPORT_FILE, write_report
+    from tempo_rl.training.rundir import METRICS_FILE, TRAJECTORIES_FILE
 
-    try:
-        path = write_report(args.run_dir, args.out)
-    except (FileNotFoundError, ValueError, MissingDependencyError) as exc:
-        print(f"tempo-rl report: {exc}", file=sys.stderr)
-        return 1
+    run_dir = checks.existing_dir("RUN_DIR", args.run_dir, what="the run directory of a tempo-rl run")
+    if not any((run_dir / name).is_file() for name in (METRICS_FILE, TRAJECTORIES_FILE)):
+        raise CommandError(
+            f"RUN_DIR {run_dir} holds neither {METRICS_FILE} nor {TRAJECTORIES_FILE}: it is not a tempo-rl run "
+            "directory; pass the run.run_dir of a `tempo-rl train` run"
+        )
+    if args.out is not None:
+        out = checks.output_file("--out", args.out, example=REPORT_FILE)
+    else:
+        out = checks.output_file(
+            "RUN_DIR",
+            run_dir / REPORT_FILE,
+            example=REPORT_FILE,
+            fix="pass --out FILE to write the page elsewhere",
+        )
+    path = write_report(run_dir, out)
     print(f"{path} ({path.stat().st_size / 1e6:.1f} MB)")
     return 0

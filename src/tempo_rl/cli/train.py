@@ -10,10 +10,9 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from tempo_rl.cli import add_import_option, import_user_modules
+from tempo_rl.cli import CommandError, add_import_option, checks, command, import_user_modules
 
 __all__ = ["add_parser", "run"]
 
@@ -54,50 +53,54 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+@command("train")
 def run(args: argparse.Namespace) -> int:
-    """Run ``tempo-rl train``; returns the exit code: 0 done, 2 an invalid config or an unusable run directory
-    (the message names the problem and the fix; nothing was written), 130 interrupted (Ctrl-C; the run stays
-    resumable from its last checkpoint)."""
-    from tempo_rl.training.config import ConfigError, load_config
+    """Run ``tempo-rl train``; returns the exit code: 0 done, 2 a bad option, an invalid config, a refused
+    resume change or an unusable run directory (the message names the problem and the fix; nothing was
+    written), 1 a full disk or a refused write during the run (the message says from which checkpoint it
+    resumes), 130 interrupted (Ctrl-C; the run stays resumable from its last checkpoint). The errors are turned
+    into messages by :func:`tempo_rl.cli.run_command`."""
+    from tempo_rl.training.config import load_config
     from tempo_rl.training.run import DEFAULT_CONFIG, train_run
+    from tempo_rl.training.rundir import CONFIG_FILE, check_run_dir_path
 
-    if not import_user_modules("train", getattr(args, "imports", [])):
-        return 2
+    import_user_modules("train", getattr(args, "imports", []))
+    checks.whole("--max-updates", args.max_updates, at_least=0)
     console = False if args.quiet else None
-    run_dir: Path | None = None
-    try:
-        if args.resume is not None:
-            if args.config is not None:
-                raise ConfigError(
-                    "--resume continues a run with its own config.toml; do not pass --config too"
+    if args.resume is not None:
+        if args.overwrite:
+            raise CommandError("--overwrite starts a new run; it cannot be combined with --resume: drop one")
+        for option, given in (("--config", args.config is not None), ("--run-dir", args.run_dir is not None)):
+            if given:
+                raise CommandError(
+                    f"--resume continues the run in {args.resume} in place, with its own config.toml; {option} "
+                    f"cannot be combined with it: drop {option} (to continue a copy elsewhere, copy the run "
+                    "directory and resume the copy)"
                 )
-            if args.overwrite:
-                raise ConfigError("--overwrite starts a new run; it cannot be combined with --resume")
-            train_run(
-                args.resume,
-                resume=True,
-                overrides=args.overrides,
-                max_updates=args.max_updates,
-                console=console,
-            )
-            return 0
-        config_path = args.config if args.config is not None else DEFAULT_CONFIG
-        config = load_config(config_path, args.overrides)
-        run_dir = args.run_dir if args.run_dir is not None else Path(config.run.run_dir)
-        if args.run_dir is not None:
-            config = config.model_copy(
-                update={"run": config.run.model_copy(update={"run_dir": str(run_dir)})}
-            )
-        train_run(run_dir, config, max_updates=args.max_updates, console=console, overwrite=args.overwrite)
-        return 0
-    except ConfigError as exc:
-        print(f"tempo-rl train: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        where = args.resume if args.resume is not None else run_dir
-        hint = f": tempo-rl train --resume {where}" if where is not None else ""
-        print(
-            f"tempo-rl train: interrupted; the run stays resumable from its last checkpoint{hint}",
-            file=sys.stderr,
+        run_dir = checks.existing_dir(
+            "--resume", args.resume, what="the run directory of a `tempo-rl train` run (its run.run_dir)"
         )
-        return 130
+        if not (run_dir / CONFIG_FILE).is_file():
+            raise CommandError(
+                f"--resume {run_dir} has no {CONFIG_FILE}; it is not a tempo-rl run directory to resume (pass the "
+                "run.run_dir of a `tempo-rl train` run)"
+            )
+        args.active_run = run_dir
+        train_run(
+            run_dir, resume=True, overrides=args.overrides, max_updates=args.max_updates, console=console
+        )
+        return 0
+    config = load_config(args.config if args.config is not None else DEFAULT_CONFIG, args.overrides)
+    run_dir = args.run_dir if args.run_dir is not None else Path(config.run.run_dir)
+    if args.run_dir is None and not config.run.run_dir.strip():
+        raise CommandError(
+            "run.run_dir is empty, which would be the current directory; name a folder of its own for the run, "
+            "e.g. --run-dir runs/NAME"
+        )
+    run_dir = run_dir.expanduser()
+    check_run_dir_path(run_dir)
+    if args.run_dir is not None:
+        config = config.model_copy(update={"run": config.run.model_copy(update={"run_dir": str(run_dir)})})
+    args.active_run = run_dir
+    train_run(run_dir, config, max_updates=args.max_updates, console=console, overwrite=args.overwrite)
+    return 0

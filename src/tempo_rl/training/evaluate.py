@@ -373,6 +373,9 @@ def evaluate_run(
 ) -> dict[str, Any]:
     """Evaluate the newest verified checkpoint of a run and write the outputs.
 
+    The run directory is only read (its state store is not opened: an evaluation restores no stored state), so
+    a read-only run can be evaluated with ``out_dir`` elsewhere.
+
     Args:
         run_dir: a run directory made by ``tempo-rl train``.
         games: the games (default: the config's evaluation seeds, ``env.eval_seed_start + j``).
@@ -392,6 +395,7 @@ def evaluate_run(
     from tempo_rl.training.checkpoint import latest_checkpoint
     from tempo_rl.training.config import ConfigError, load_config
     from tempo_rl.training.run import CONFIG_FILE, build_trainer
+    from tempo_rl.training.store import StateStore
     from tempo_rl.training.trainer import TrainerState
 
     run_path = Path(run_dir)
@@ -415,6 +419,7 @@ def evaluate_run(
         state=state,
         backend_state=checkpoint.backend_state,
         critic_backend_state=checkpoint.critic_backend_state,
+        store=StateStore(None, capacity=config.store.capacity),
     )
     try:
         if games is None:

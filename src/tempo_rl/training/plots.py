@@ -8,6 +8,7 @@ extra) and drawn with the Agg canvas, so no display and no global pyplot state a
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from tempo_rl._optional import require
-from tempo_rl.training.metrics import read_metrics
+from tempo_rl.training.rundir import METRICS_FILE
 
 __all__ = [
     "ACTOR_PANELS",
     "CRITIC_PANELS",
+    "MetricsFileError",
     "Panel",
+    "load_metrics",
     "panel_series",
     "plot_metrics",
     "plot_run",
@@ -82,6 +85,78 @@ ACTOR_PANELS: tuple[Panel, ...] = (
     ),
     Panel("episode steps", ("warmup/steps_mean", "eval/steps_mean", "grpo/steps_mean"), "steps"),
 )
+
+
+class MetricsFileError(ValueError):
+    """A ``metrics.jsonl`` that is not what a run writes: not UTF-8 text, a line in the middle that is not a
+    JSON object, a ``step`` that is not a whole number, or a metric that is not a number. The message names the
+    file, the line and the fix."""
+
+
+_DAMAGED_FIX = "the file is damaged or is not a tempo-rl metrics file: restore it from a copy of the run"
+
+
+def load_metrics(path: Path | str) -> list[dict[str, float]]:
+    """The records of a run's ``metrics.jsonl`` (``path`` is the file or its run directory), checked line by
+    line, ``null`` read as NaN.
+
+    Every record must be a JSON object whose ``step`` is a whole number >= 0 and whose other values are numbers
+    (``null`` / ``NaN`` included), as :class:`~tempo_rl.training.metrics.MetricsLogger` writes them. A last line
+    that is not JSON at all was cut mid-write (a killed run) and is skipped.
+
+    Raises:
+        FileNotFoundError: there is no metrics file (the message says what to pass instead).
+        MetricsFileError: the file is not UTF-8 text or a record breaks the rules above (file, line and fix in
+            the message).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no {METRICS_FILE} at {path}; pass the run directory of a tempo-rl run (its run.run_dir)"
+        )
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_no = data.count(b"\n", 0, exc.start) + 1
+        raise MetricsFileError(
+            f"{path}:{line_no} is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); {_DAMAGED_FIX}"
+        ) from None
+    lines = text.split("\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    records: list[dict[str, float]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if i == last:
+                break  # torn final write
+            raise MetricsFileError(f"{path}:{i + 1} is not JSON ({exc.msg}); {_DAMAGED_FIX}") from None
+        records.append(_checked_record(raw, f"{path}:{i + 1}"))
+    return records
+
+
+def _checked_record(raw: Any, where: str) -> dict[str, float]:
+    """One metrics record checked against what a run writes (see :func:`load_metrics`)."""
+    if not isinstance(raw, dict):
+        raise MetricsFileError(f"{where} is a JSON {type(raw).__name__}, not an object; {_DAMAGED_FIX}")
+    step = raw.get("step")
+    if isinstance(step, bool) or not isinstance(step, int | float) or step != step or step < 0 or step % 1:
+        raise MetricsFileError(f"{where}: 'step' is {step!r}, not a whole number >= 0; {_DAMAGED_FIX}")
+    record: dict[str, float] = {}
+    for key, value in raw.items():
+        if value is None:
+            record[key] = math.nan
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            record[key] = value
+        else:
+            raise MetricsFileError(f"{where}: {key!r} is {value!r}, not a number; {_DAMAGED_FIX}")
+    record["step"] = int(step)
+    return record
 
 
 def _series(records: Sequence[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
@@ -152,10 +227,11 @@ def plot_run(run_dir: Path | str, out_dir: Path | str | None = None) -> dict[str
 
     Raises:
         FileNotFoundError: no ``metrics.jsonl`` in ``run_dir``.
+        MetricsFileError: the file is damaged (see :func:`load_metrics`).
         ValueError: the file holds no record.
     """
     run_dir = Path(run_dir)
-    records = read_metrics(run_dir)
+    records = load_metrics(run_dir)
     if not records:
         raise ValueError(f"{run_dir}/metrics.jsonl holds no records yet; train for at least one update first")
     out = Path(out_dir) if out_dir is not None else run_dir / "plots"

@@ -28,8 +28,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
 import sqlite3
+import tempfile
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +40,14 @@ from typing import Any
 
 from tempo_rl._optional import require
 from tempo_rl.training.metrics import json_safe
-from tempo_rl.training.plots import ACTOR_PANELS, CRITIC_PANELS, Panel, panel_series, time_panels
+from tempo_rl.training.plots import (
+    ACTOR_PANELS,
+    CRITIC_PANELS,
+    Panel,
+    load_metrics,
+    panel_series,
+    time_panels,
+)
 from tempo_rl.training.rundir import (
     CONFIG_FILE,
     LOCK_FILE,
@@ -216,8 +225,10 @@ def quarantined_states(run_dir: Path | str) -> tuple[list[dict[str, Any]], str |
     path = Path(run_dir) / STORE_FILE
     if not path.exists():
         return [], None
+    from tempo_rl.training.store import connect_read_only
+
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = connect_read_only(path)
         try:
             rows = db.execute(
                 "SELECT id, game_id, policy_version, macro_index, parent_id, reason, diff, quarantined_at "
@@ -289,10 +300,21 @@ def report_data(run_dir: Path | str) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: ``run_dir`` holds neither ``metrics.jsonl`` nor ``trajectories.jsonl``.
+        ValueError: one of them is damaged (:class:`~tempo_rl.training.plots.MetricsFileError` for the
+            metrics); the message names the file, the line and the fix.
     """
     run_dir = Path(run_dir)
+    if (run_dir / METRICS_FILE).exists():
+        load_metrics(run_dir / METRICS_FILE)  # every record checked: file, line and fix on a damaged one
     metrics_file = read_jsonl(run_dir / METRICS_FILE)
     traj_file = read_jsonl(run_dir / TRAJECTORIES_FILE)
+    for i, record in enumerate(traj_file.records):
+        update = record.get("update", -1)
+        if isinstance(update, bool) or not isinstance(update, int):
+            raise ValueError(
+                f"{run_dir / TRAJECTORIES_FILE}: record {i + 1} has 'update' {update!r}, not a whole number; the "
+                "file is damaged or is not a tempo-rl trajectories file: restore it from a copy of the run"
+            )
     if metrics_file.missing and traj_file.missing:
         raise FileNotFoundError(
             f"{run_dir} holds neither {METRICS_FILE} nor {TRAJECTORIES_FILE}: is it a tempo-rl run directory "
@@ -454,19 +476,39 @@ def render_report(run_dir: Path | str) -> str:
 def write_report(run_dir: Path | str, out: Path | str | None = None) -> Path:
     """Write the report page (default ``RUN_DIR/report.html``) and return its path.
 
+    The page is written to a temporary file beside ``out`` and renamed over it, so a failure leaves neither a
+    half-written page nor the temporary file. Only ``out`` is written: the run directory is read, never changed
+    (the state store is opened read-only, see :func:`~tempo_rl.training.store.connect_read_only`).
+
     Raises:
         FileNotFoundError: ``run_dir`` is not a run directory.
+        IsADirectoryError: ``out`` is a directory (pass a file path).
         ValueError: a JSONL file of the run is damaged in the middle (not just cut at the end).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is not a directory; pass the run directory of a tempo-rl run")
-    html = render_report(run_dir)
     path = Path(out) if out is not None else run_dir / REPORT_FILE
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; pass a file path such as {path / REPORT_FILE}")
+    html = render_report(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(path)
-    with contextlib.suppress(OSError):
-        tmp.unlink()
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(html)
+        os.chmod(tmp, 0o644 & ~_umask())
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     return path
+
+
+def _umask() -> int:
+    """The process's file mode creation mask (read without changing it for longer than the call)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -43,10 +43,12 @@ from tempo_rl.training.rundir import (
     JsonlWriter,
     RunDirError,
     RunLock,
+    SettingChange,
     check_run_dir,
     file_size,
     move_aside,
     prepare_resume,
+    resume_changes,
 )
 from tempo_rl.training.store import StateStore
 from tempo_rl.training.summary import console_line, format_summary, summarize, summary_json
@@ -210,6 +212,7 @@ def build_trainer(
     backend_state: str | None = None,
     service_client: Any = None,
     critic_backend_state: str | None = None,
+    store: StateStore | None = None,
 ) -> MacroStepTrainer:
     """Build the configured trainer with all its components (clients, critic, store, pool) in ``run_dir``.
 
@@ -217,6 +220,8 @@ def build_trainer(
     stubs of :mod:`tempo_rl.backends.testing`. With ``tempo.critic_weights = "own"`` a second training client
     holds the critic's weights: from ``critic_backend_state`` (a resume), else from ``backend_state`` like the
     actor's (a fresh run's warm start then copies the policy into it: :meth:`MacroStepTrainer.copy_policy_to_critic`).
+    ``store`` replaces the run's state store (``RUN_DIR/store.sqlite``, opened for writing), e.g. with an
+    in-memory one for a command that must not write the run (``tempo-rl eval``).
     """
     training, sampler, tokenizer = _create_clients(
         config, run_dir, resume=resume, service_client=service_client, backend_state=backend_state
@@ -244,12 +249,13 @@ def build_trainer(
         answer=s.critic_answer,
         levels=config.warmstart.critic_format_levels,
     )
-    store = StateStore(
-        run_dir / STORE_FILE,
-        capacity=config.store.capacity,
-        per_game_cap=config.store.per_game_cap,
-        max_age_versions=config.store.max_age_versions,
-    )
+    if store is None:
+        store = StateStore(
+            run_dir / STORE_FILE,
+            capacity=config.store.capacity,
+            per_game_cap=config.store.per_game_cap,
+            max_age_versions=config.store.max_age_versions,
+        )
     pool, make_env, restore_n, _cache = env_workers(config)
     components = TrainerComponents(
         training_client=training,
@@ -282,11 +288,18 @@ def build_trainer(
 # ------------------------------------------------------------------------------------------------ run
 
 
-def _load_resume_config(run_path: Path, overrides: Iterable[str]) -> TrainConfig:
+def _load_resume_config(
+    run_path: Path, overrides: Iterable[str]
+) -> tuple[TrainConfig, tuple[SettingChange, ...]]:
+    """The run's config with ``overrides`` applied, and the settings they change (checked by
+    :func:`~tempo_rl.training.rundir.resume_changes`: a change of the run's shape is refused)."""
     cfg_file = run_path / CONFIG_FILE
     if not cfg_file.is_file():
         raise ConfigError(f"{run_path} has no {CONFIG_FILE}; it is not a tempo-rl run directory to resume")
-    return load_config(cfg_file, overrides)
+    overrides = list(overrides)
+    config = load_config(cfg_file, overrides)
+    changes = resume_changes(run_path, load_config(cfg_file), config) if overrides else ()
+    return config, changes
 
 
 def _remove_new_entries(run_path: Path, before: set[str] | None) -> None:
@@ -343,8 +356,9 @@ def train_run(
             its checkpoints or logs are damaged beyond a fallback (nothing is changed then).
     """
     run_path = Path(run_dir)
+    changes: tuple[SettingChange, ...] = ()
     if resume:
-        config = _load_resume_config(run_path, overrides)
+        config, changes = _load_resume_config(run_path, overrides)
     elif config is None:
         raise ConfigError("a new run needs a config (or pass resume=True)")
     assert config is not None
@@ -359,7 +373,7 @@ def train_run(
     check_run_dir(run_path, min_free_mb=config.run.min_free_disk_mb)
     with RunLock(run_path):
         if resume:
-            return _train_locked(run_path, config, True, max_updates, console, service_client, None)
+            return _train_locked(run_path, config, True, max_updates, console, service_client, None, changes)
         if (run_path / CONFIG_FILE).exists():
             raise ConfigError(
                 f"{run_path} already holds a run; resume it with `tempo-rl train --resume {run_path}`, move it aside "
@@ -388,8 +402,10 @@ def _train_locked(
     console: bool | None,
     service_client: Any,
     before: set[str] | None,
+    changes: tuple[SettingChange, ...] = (),
 ) -> dict[str, Any]:
-    """:func:`train_run` once the lock is held."""
+    """:func:`train_run` once the lock is held. A resume's ``changes`` are recorded: ``config.toml`` is
+    rewritten with them, and the next metrics record carries each as ``resume/<setting>`` (its new value)."""
     show = config.run.console if console is None else console
     state: TrainerState | None = None
     backend_state: str | None = None
@@ -416,6 +432,15 @@ def _train_locked(
                 )
         elif show:
             print(f"{run_path} has no checkpoint yet: starting it over in place", flush=True)
+        if changes:
+            atomic_write_text(run_path / CONFIG_FILE, config.to_toml())
+            print(
+                f"tempo-rl: resuming with {', '.join(c.describe() for c in changes)} (recorded in {CONFIG_FILE} "
+                f"and as resume/<setting> in the next {METRICS_FILE} record)",
+                file=sys.stderr,
+                flush=True,
+            )
+    recorded = {f"resume/{c.key}": float(c.new) for c in changes}
 
     from tempo_rl.training.metrics import MetricsLogger
 
@@ -436,6 +461,9 @@ def _train_locked(
     trajectories = JsonlWriter(run_path / TRAJECTORIES_FILE)
 
     def log(step: int, metrics: Mapping[str, float]) -> None:
+        if recorded:
+            metrics = {**metrics, **recorded}
+            recorded.clear()
         logger.log(step, metrics)
         if show:
             print(console_line(step, metrics), flush=True)

@@ -46,12 +46,14 @@ from tempo_rl.training.checkpoint import (
     atomic_write_text,
     latest_checkpoint,
 )
-from tempo_rl.training.config import ConfigError
+from tempo_rl.training.config import ConfigError, TrainConfig
 
 __all__ = [
     "CONFIG_FILE",
     "LOCK_FILE",
     "METRICS_FILE",
+    "PROJECT_MARKERS",
+    "RESUME_SETTINGS",
     "STORE_FILE",
     "SUMMARY_FILE",
     "TOKENIZER_DIR",
@@ -61,10 +63,14 @@ __all__ = [
     "RunDirError",
     "RunDirLockedError",
     "RunLock",
+    "SettingChange",
     "check_run_dir",
+    "check_run_dir_path",
     "file_size",
     "move_aside",
     "prepare_resume",
+    "refuse_foreign_folder",
+    "resume_changes",
 ]
 
 CONFIG_FILE = "config.toml"
@@ -150,26 +156,115 @@ class RunLock:
 # ------------------------------------------------------------------------------------------------ preflight
 
 
-def check_run_dir(path: Path, *, min_free_mb: float) -> None:
-    """Fail fast, before training starts, when ``path`` cannot hold a run.
+#: entries that mark a folder as the root of a project (a repository, a package), never a run directory
+PROJECT_MARKERS = (
+    ".git",
+    ".hg",
+    ".svn",
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "package.json",
+    "Cargo.toml",
+)
 
-    Creates ``path`` (with parents), writes and fsyncs a 4 KiB probe file in it, removes it, and checks that
-    at least ``min_free_mb`` MiB (2**20 bytes) are free on its file system.
+
+def refuse_foreign_folder(path: Path) -> None:
+    """Refuse a new run's directory that resolves to an existing folder of the user's that is not a run: the
+    current directory or a folder above it, the home directory or a folder above it, or a project's root
+    (:data:`PROJECT_MARKERS`). A new or empty folder, and any folder that holds a run, pass.
 
     Raises:
-        RunDirError: ``path`` is a file, cannot be created or written, or its disk has too little free space.
+        RunDirError: naming the folder, what it is and the fix.
+    """
+    if not path.is_dir() or (path / CONFIG_FILE).exists():
+        return
+    resolved = path.resolve()
+    cwd, home = Path.cwd().resolve(), Path.home().resolve()
+    if resolved == cwd:
+        what = "the current directory"
+    elif resolved in cwd.parents:
+        what = "a folder above the current directory"
+    elif resolved == home:
+        what = "the home directory"
+    elif resolved in home.parents:
+        what = "a folder above the home directory"
+    else:
+        marker = next((m for m in PROJECT_MARKERS if (resolved / m).exists()), None)
+        if marker is None:
+            return
+        what = f"the root of a project (it holds {marker})"
+    raise RunDirError(
+        f"the run directory {str(path)!r} is {what} ({resolved}), not a run directory: the run would write its "
+        "files (config.toml, checkpoints/, ...) among yours; choose a folder of its own, e.g. "
+        "--run-dir runs/NAME (run.run_dir)"
+    )
+
+
+def check_run_dir_path(path: Path) -> None:
+    """The checks of :func:`check_run_dir` that write nothing: ``path`` is not a file, does not lie below a
+    file, is not a foreign folder (:func:`refuse_foreign_folder`), and it or its nearest existing parent is
+    writable. ``tempo-rl train`` runs them before any other work.
+
+    Raises:
+        RunDirError: naming the path, the problem and the fix.
     """
     if path.exists() and not path.is_dir():
         raise RunDirError(
             f"run directory {str(path)!r} exists and is not a directory; choose another run.run_dir"
         )
+    base = next((p for p in (path, *path.parents) if p.exists()), Path(path.anchor or "."))
+    if not base.is_dir():
+        raise RunDirError(
+            f"cannot create the run directory {str(path)!r}: {str(base)!r} is a file, not a folder; choose "
+            "another run.run_dir (--run-dir)"
+        )
+    refuse_foreign_folder(path)
+    if not os.access(base, os.W_OK | os.X_OK):
+        what = "is not writable" if base == path else f"cannot be created ({str(base)!r} is read-only)"
+        raise RunDirError(
+            f"the run directory {str(path)!r} {what}; choose a writable run.run_dir (--run-dir) or fix the "
+            "permissions"
+        )
+
+
+def check_run_dir(path: Path, *, min_free_mb: float) -> None:
+    """Fail fast, before training starts, when ``path`` cannot hold a run.
+
+    Runs :func:`check_run_dir_path` (a file, a path below a file, a foreign folder, a read-only parent), creates ``path`` (with parents), writes and
+    fsyncs a 4 KiB probe file in it, removes it, and checks that at least ``min_free_mb`` MiB (2**20 bytes) are
+    free on its file system. A refusal removes the folders this call created, so nothing is left behind.
+
+    Raises:
+        RunDirError: ``path`` is a file or a foreign folder, cannot be created or written, or its disk has too
+            little free space.
+    """
+    check_run_dir_path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        _remove_empty(missing)
         raise RunDirError(
             f"cannot create the run directory {str(path)!r}: {exc.strerror or exc}; choose a writable "
             "run.run_dir (--run-dir) or fix the permissions of its parent"
         ) from None
+    try:
+        _probe(path, min_free_mb)
+    except RunDirError:
+        _remove_empty(missing)
+        raise
+
+
+def _remove_empty(folders: Sequence[Path]) -> None:
+    """Remove ``folders`` (deepest first) where they exist and are empty."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _probe(path: Path, min_free_mb: float) -> None:
+    """Write and fsync a probe file in the folder ``path``, remove it, and check the free disk space."""
     probe = path / f".write-probe-{os.getpid()}"
     try:
         with open(probe, "wb") as fh:
@@ -326,3 +421,76 @@ def prepare_resume(run_dir: Path) -> ResumePoint:
 
         StateStore.restore_file(checkpoint.store_path, run_dir / STORE_FILE)
     return ResumePoint(checkpoint, checkpoint.notes)
+
+
+# ------------------------------------------------------------------------------------------------ resume changes
+
+#: the settings a resume may change (each recorded in ``config.toml`` and the next metrics record): the number
+#: of updates, which may only grow (the run continues further), and how the run is carried out, which does not
+#: change what it computes. Every other setting (N, K, H, T, the model, the algorithm, the env, seeds...) is
+#: part of the run's shape: its checkpoints and records were made with it, so a resume refuses to change it.
+RESUME_SETTINGS: dict[str, str] = {
+    "tempo.td_updates": "extend",
+    "grpo.updates": "extend",
+    "run.console": "how",
+    "run.checkpoint_every": "how",
+    "run.min_free_disk_mb": "how",
+    "workers.step_timeout_s": "how",
+}
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """A setting a resume changes: its dotted ``key`` and its ``old`` and ``new`` values."""
+
+    key: str
+    old: Any
+    new: Any
+
+    def describe(self) -> str:
+        """``key old -> new``."""
+        return f"{self.key} {self.old!r} -> {self.new!r}"
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def resume_changes(run_dir: Path, stored: TrainConfig, resumed: TrainConfig) -> tuple[SettingChange, ...]:
+    """The settings ``resumed`` (the run's ``config.toml`` with the resume's overrides) changes from
+    ``stored``; each must be one of :data:`RESUME_SETTINGS`, and a number of updates may only grow.
+
+    Raises:
+        RunDirError: a change of the run's shape (or a shrinking number of updates), naming the setting and
+            the fix; nothing is changed then.
+    """
+    old, new = _flatten(stored.model_dump(mode="json")), _flatten(resumed.model_dump(mode="json"))
+    changes = [
+        SettingChange(key, old.get(key), new.get(key))
+        for key in sorted(set(old) | set(new))
+        if old.get(key) != new.get(key)
+    ]
+    allowed = ", ".join(f"{k} (may only grow)" if v == "extend" else k for k, v in RESUME_SETTINGS.items())
+    for change in changes:
+        kind = RESUME_SETTINGS.get(change.key)
+        if kind is None:
+            raise RunDirError(
+                f"--set {change.key}={change.new} would change {change.key} from {change.old!r} on resume, but it is "
+                f"part of the run's shape (its checkpoints and records in {run_dir} were made with "
+                f"{change.old!r}); drop it to resume, or start a new run with it (tempo-rl train --config "
+                f"{run_dir / CONFIG_FILE} --set {change.key}={change.new} --run-dir NEW_DIR). A resume may "
+                f"change: {allowed}"
+            )
+        if kind == "extend" and change.new < change.old:
+            raise RunDirError(
+                f"--set {change.key}={change.new} would shrink {change.key} from {change.old} on resume; a resume "
+                f"may only extend the run. To stop early, pass --max-updates N instead"
+            )
+    return tuple(changes)

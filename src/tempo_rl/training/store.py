@@ -45,12 +45,44 @@ import numpy as np
 from tempo_rl.envs.snapshot import Snapshot
 from tempo_rl.training.types import PrefixSpan, PromptWindow, StoredState
 
-__all__ = ["STORE_SCHEMA_VERSION", "QuarantineRecord", "StateStore"]
+__all__ = ["STORE_SCHEMA_VERSION", "QuarantineRecord", "StateStore", "connect_read_only"]
 
 #: Bumped when the SQLite layout changes; a newer store is refused rather than misread.
 STORE_SCHEMA_VERSION = 1
 
 _DIGEST_BYTES = 16
+
+
+def connect_read_only(path: Path | str) -> sqlite3.Connection:
+    """Open the store file ``path`` for reading only, writing nothing in its directory.
+
+    A store is kept in WAL mode, and SQLite's plain read-only mode (``mode=ro``) still creates the ``-wal`` and
+    ``-shm`` files beside the database, and leaves them behind, because only a writer may remove them. So:
+
+    * without a ``-wal`` file beside it (no process is writing the store, and the last writer closed it),
+      the database file holds every committed transaction and is opened with ``immutable=1``: no lock, no
+      ``-wal`` / ``-shm``, nothing written, and it works in a read-only directory too;
+    * with a ``-wal`` file (a run is writing the store now, or was killed before it closed it), the file alone
+      misses the transactions in the WAL, so it is opened with ``mode=ro``, which reads them through the
+      writer's ``-shm`` (falling back to ``immutable=1`` when that cannot be opened, e.g. in a read-only
+      directory).
+
+    Raises:
+        sqlite3.Error: the file cannot be opened or is not a database (raised by the first query for the
+            latter).
+    """
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise sqlite3.OperationalError(f"no store file at {path}")
+    uri = path.as_uri()
+    if Path(f"{path}-wal").exists():
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+    return sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
 
 
 @dataclass(frozen=True)

