@@ -1,5 +1,6 @@
-"""Backend wiring: the config is a leaf, no import cycle, one factory with the same retries for every backend,
-``TrainConfig.backend`` typed, and the recording stubs bound by the SDKs' rules (issue 23)."""
+"""Backend wiring: the config is a leaf, no import cycle (in the backends, nor between any two modules of the
+package), one factory with the same retries for every backend, ``TrainConfig.backend`` typed, and the
+recording stubs bound by the SDKs' rules."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from tempo_rl.backends import (
 )
 from tempo_rl.rollout.datums import completion_datum
 
-PKG = Path(__file__).resolve().parents[2] / "src" / "tempo_rl" / "backends"
+SRC = Path(__file__).resolve().parents[2] / "src"
+PKG = SRC / "tempo_rl" / "backends"
 FAST = RetryConfig(result_timeout_s=5.0, max_attempts=3, backoff_initial_s=0.0, backoff_max_s=0.0, jitter=0.0)
 
 
@@ -58,6 +60,89 @@ def test_config_is_a_leaf_and_the_package_has_no_import_cycle() -> None:
 
     cycles = [m for m in graph if m != "tempo_rl.backends" and m in reach(m, set())]
     assert cycles == []
+
+
+def import_graph(src: Path) -> dict[str, set[str]]:
+    """Module -> the modules it imports (lazy imports included), over every non-package module below ``src``.
+
+    ``from pkg import name`` counts as importing ``pkg.name`` when that is a module. Packages (``__init__``) are
+    left out: they re-export their modules, and importing one of its modules runs a package's ``__init__``
+    anyway, so an edge through a package says nothing about how the modules depend on each other.
+    """
+    modules: dict[str, Path] = {}
+    packages: set[str] = set()
+    for path in src.rglob("*.py"):
+        parts = path.relative_to(src).with_suffix("").parts
+        if parts[-1] == "__init__":
+            packages.add(".".join(parts[:-1]))
+        else:
+            modules[".".join(parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        skip = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If)
+            for n in ast.walk(node)
+            if "TYPE_CHECKING" in ast.unparse(node.test)
+        }
+        targets: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets.update(f"{node.module}.{a.name}" for a in node.names)
+                targets.add(node.module)
+            elif isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that reach each other through imports (strongly connected, more than one)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_two_modules_of_the_package_import_each_other() -> None:
+    cycles = import_cycles(import_graph(SRC))
+    assert cycles == [], f"import cycles (lazy imports count): {cycles}"
+
+
+def test_the_cycle_check_sees_lazy_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg import a, b\n")
+    (pkg / "a.py").write_text("from pkg.b import g\n\ndef f():\n    return g()\n")
+    (pkg / "b.py").write_text("def g():\n    from pkg.a import f\n    return f\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n")
+    assert import_cycles(import_graph(tmp_path)) == [["pkg.a", "pkg.b"]]
+    (pkg / "b.py").write_text("from pkg import c\n")
+    assert import_cycles(import_graph(tmp_path)) == []
 
 
 def test_every_backend_gets_the_same_retry_layer(tokenizer: Any, tmp_path: Path) -> None:

@@ -54,8 +54,14 @@ EnvFactoryLike = Callable[[], ReplayableEnv]
 #: the per-step state digests and the final observation digest, and raise :class:`ReplayDivergenceError`.
 Restorer = Callable[..., list[RecordedEnv]]
 
-#: Restorers registered by name with :func:`register_restorer`; an env class can also name its own
-#: (:attr:`ReplayableEnv.branch_restorer`).
+#: Process-wide registry: env name -> its restorer (a callable, or a lazy ``"module:attribute"`` path until first
+#: use). Written by :func:`register_restorer` (user code or tests, usually at import time), and by
+#: :func:`_restorer`, which replaces a lazy path with the callable it resolves to. Read on every cache miss of
+#: :func:`restore` and :func:`restore_branches` (through ``_replay_n``). Process-wide like the env registry
+#: (:mod:`tempo_rl.envs.registry`) it complements: a snapshot names its env, and any thread that restores it
+#: must find the same restorer. An env class can also name its own (:attr:`ReplayableEnv.branch_restorer`),
+#: which needs no entry here. Thread-safety: each access is a single dict get, set or pop (atomic under the
+#: GIL); two threads resolving the same lazy path both import the same attribute and store equal values.
 _RESTORERS: dict[str, Restorer | str] = {}
 
 

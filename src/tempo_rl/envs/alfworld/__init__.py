@@ -6,7 +6,7 @@ is loaded. Public names:
 * data: :func:`discover_games`, :class:`GameRecord`, :data:`TASK_TYPES`, :data:`SPLITS`,
   :func:`shuffle_games`,
   :func:`take_batch`, :func:`count_by_split_and_type`, :class:`AlfworldDataError`;
-* the env: :class:`AlfworldEnv`, :func:`canonicalize_action`, :func:`extract_task`;
+* the env: :class:`AlfworldEnv`; its text conventions: :func:`canonicalize_action`, :func:`extract_task`;
 * walkthroughs: :func:`map_walkthrough`, :func:`compute_planner_walkthrough`, :func:`plan_walkthroughs` (a
   folder, in parallel: ``tempo-rl data alfworld --plan``);
 * speed: :func:`get_pool` (warm engine pool), :func:`operator_memo`;
@@ -30,15 +30,11 @@ from tempo_rl.envs.alfworld.data import (
     shuffle_games,
     take_batch,
 )
+from tempo_rl.envs.alfworld.text import canonicalize_action, extract_task
 from tempo_rl.envs.alfworld.walkthrough import map_walkthrough
 
 if TYPE_CHECKING:
-    from tempo_rl.envs.alfworld.env import (
-        AlfworldEnv,
-        canonicalize_action,
-        compute_planner_walkthrough,
-        extract_task,
-    )
+    from tempo_rl.envs.alfworld.env import AlfworldEnv, compute_planner_walkthrough
     from tempo_rl.envs.alfworld.fast import get_pool, operator_memo
     from tempo_rl.envs.alfworld.generator import generate_game, generate_games
     from tempo_rl.envs.alfworld.planning import plan_walkthroughs
@@ -69,9 +65,7 @@ __all__ = [
 
 _LAZY = {
     "AlfworldEnv": "env",
-    "canonicalize_action": "env",
     "compute_planner_walkthrough": "env",
-    "extract_task": "env",
     "get_pool": "fast",
     "operator_memo": "fast",
     "generate_game": "generator",

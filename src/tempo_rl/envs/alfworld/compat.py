@@ -57,7 +57,19 @@ __all__ = [
     "translation_cache_info",
 ]
 
+# Process-wide state. Everything below patches TextWorld's and fast-downward's *modules*, which every thread of
+# the process shares, so the patches are process-wide by nature: there is one ``textgen.EvalSymbol.derive``, one
+# set of TatSu parsers and one ``fast_downward`` per interpreter. Who writes it: :func:`patch_textworld`,
+# :func:`enable_translation_cache` and :func:`enable_parse_cache`, called by every
+# :class:`tempo_rl.envs.alfworld.fast.Engine` before it loads its game, and by :class:`CompatWrapper`
+# inside TextWorld's async worker processes; :func:`disable_translation_cache` undoes the translation memo
+# (tests). Each writer is idempotent and holds ``_LOCK``, so concurrent first calls from several threads install
+# each patch once; after installation the patched functions are safe to call from any thread (per-thread
+# parsers, a locked translation memo, parse memos whose entries are copied on every read).
+
+#: whether :func:`patch_textworld` has installed the PEP 667 fix and the per-thread parsers (written under ``_LOCK``)
 _PATCHED = False
+#: guards every install/uninstall of a patch in this module (re-entrant: one patch may install another)
 _LOCK = threading.RLock()
 #: Serialises PDDL->SAS translations: fast-downward reads its options from the process-global ``sys.argv``.
 _TRANSLATE_LOCK = threading.Lock()
@@ -212,6 +224,9 @@ class _FastDownwardProxy:
         return getattr(self._module, name)
 
 
+#: the process's PDDL->SAS translation memo (LRU; its entries and counters are read and written under ``_LOCK``,
+#: translations run one at a time under ``_TRANSLATE_LOCK``); kept across
+#: :func:`disable_translation_cache` so that re-enabling reuses it; written under ``_LOCK``
 _CACHE: _TranslationCache | None = None
 
 
@@ -262,6 +277,9 @@ def translation_cache_info() -> dict[str, int]:
     return {"hits": cache.hits, "misses": cache.misses, "size": len(cache.entries), "maxsize": cache.maxsize}
 
 
+#: whether :func:`enable_parse_cache` has installed the parse memos (written under ``_LOCK``; never uninstalled).
+#: The memos themselves live in that function's closure: dicts that only grow, to ``_PARSE_CACHE_MAX`` entries
+#: each; a racing miss may parse the same snippet twice and store equal values, and every hit is copied.
 _PARSE_CACHE_ON = False
 _PARSE_CACHE_MAX = 4096
 

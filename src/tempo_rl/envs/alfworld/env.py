@@ -19,13 +19,13 @@ from a verified, disk-cached planner run; it is ``None`` rather than unusable.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from tempo_rl.envs.alfworld.data import TRAJ_FILE, AlfworldDataError, read_game_file
 from tempo_rl.envs.alfworld.fast import Engine, game_key, get_pool
+from tempo_rl.envs.alfworld.text import canonicalize_action, extract_task
 from tempo_rl.envs.alfworld.walkthrough import (
     default_cache_dir,
     format_walkthrough,
@@ -39,25 +39,15 @@ from tempo_rl.envs.snapshot import observation_digest
 __all__ = ["AlfworldEnv", "ReplayMismatch", "canonicalize_action", "extract_task"]
 
 WalkthroughMode = Literal["auto", "file", "planner", "none"]
-#: game content key -> digest of its reset observation (deterministic), filled by every full reset
+#: Process-wide cache: game content key (SHA-256 of the game file's bytes) -> digest of that game's reset
+#: observation. Written by :meth:`AlfworldEnv.reset` (every full reset of any env in the process); read by
+#: :meth:`AlfworldEnv.replay`, which checks a snapshot's step-0 digest against it and so skips a full text reset
+#: for a game this process has already reset. Process-wide because the reset observation is a pure function of
+#: the game's content: every env of the same game, in any thread, computes the same entry, so sharing it is what
+#: makes a worker pool's second replay of a game cheap. It only grows, by one short string per distinct game
+#: played. Thread-safety: each access is a single dict get or set (atomic under the GIL), and concurrent writers
+#: of one key write the same value, so no lock is needed.
 _RESET_DIGESTS: dict[str, str] = {}
-_TASK_MARKER = "Your task is to: "
-_WS = re.compile(r"\s+")
-
-
-def canonicalize_action(action: str) -> str:
-    """Strip, lower-case, collapse inner whitespace: ``"  Go  to\\tCabinet 1 "`` -> ``"go to cabinet 1"``."""
-    if not isinstance(action, str):
-        raise TypeError(f"an ALFWorld action must be a str, got {type(action).__name__}")
-    return _WS.sub(" ", action).strip().lower()
-
-
-def extract_task(text: str) -> str:
-    """The task sentence after ``"Your task is to: "`` (to the end of that line), or ``""`` when absent."""
-    idx = text.rfind(_TASK_MARKER)
-    if idx < 0:
-        return ""
-    return text[idx + len(_TASK_MARKER) :].split("\n", 1)[0].strip()
 
 
 class ReplayMismatch(RuntimeError):

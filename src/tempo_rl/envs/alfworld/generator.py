@@ -441,8 +441,8 @@ def _wheel_files() -> tuple[str, str]:
 
 def _plan_and_verify(game_file: Path) -> tuple[tuple[str, ...], bool]:
     """Fast Downward plan from reset, replayed: (walkthrough, won); ``((), False)`` if unsolvable."""
-    from tempo_rl.envs.alfworld.env import canonicalize_action
     from tempo_rl.envs.alfworld.fast import Engine
+    from tempo_rl.envs.alfworld.text import canonicalize_action
 
     try:
         engine = Engine(game_file)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tempo_rl.envs.alfworld.data import read_game_file
+from tempo_rl.envs.alfworld.text import canonicalize_action
 from tempo_rl.envs.alfworld.walkthrough import default_cache_dir, load_cached_walkthrough
 
 __all__ = [
@@ -125,7 +126,6 @@ def plan_with_engine(engine: Any, cache_dir: Path) -> tuple[PlanOutcome, tuple[s
     Returns:
         The outcome and the walkthrough (None unless ``planned`` or ``cached``).
     """
-    from tempo_rl.envs.alfworld.env import canonicalize_action
     from tempo_rl.envs.alfworld.walkthrough import store_cached_walkthrough
 
     t0 = time.perf_counter()
