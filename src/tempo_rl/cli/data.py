@@ -182,8 +182,19 @@ def _check(args: argparse.Namespace) -> None:
         if args.cache_dir is not None:
             checks.output_dir("--cache-dir", args.cache_dir, fix="pass a folder for the walkthrough cache")
         return
-    option = "--dir" if args.dir is not None else "the data folder ($ALFWORLD_DATA or ~/.cache/alfworld)"
-    checks.output_dir(option, _target_dir(args), fix="pass --dir with a folder for the ALFWorld data")
+    root = _target_dir(args)
+    if root.exists() and not root.is_dir():
+        raise CommandError(f"{_dir_option(args)} {root} is a file, not a folder; pass --dir with a folder")
+
+
+def _dir_option(args: argparse.Namespace) -> str:
+    """How the user named the data folder, for messages."""
+    return "--dir" if args.dir is not None else "the data folder ($ALFWORLD_DATA or ~/.cache/alfworld)"
+
+
+def _check_writable(args: argparse.Namespace, root: Path) -> None:
+    """Before games are generated or downloaded into ``root``: it can be created or written."""
+    checks.output_dir(_dir_option(args), root, fix="pass --dir with a writable folder for the ALFWorld data")
 
 
 @command("data")
@@ -194,6 +205,7 @@ def run_alfworld(args: argparse.Namespace) -> int:
         return run_plan(args)
     root = _target_dir(args)
     if args.generate:
+        _check_writable(args, root)
         try:
             from tempo_rl.envs.alfworld.generator import generate_games
 
@@ -205,6 +217,7 @@ def run_alfworld(args: argparse.Namespace) -> int:
         return 0
     if not args.force and _print_counts(root):
         return 0
+    _check_writable(args, root)
     why = reachable(DOWNLOAD_HOST, args.timeout)
     if why is not None:
         raise CommandError(_offline_help(root, why), code=3)

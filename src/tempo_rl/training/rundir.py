@@ -180,14 +180,18 @@ def refuse_foreign_folder(path: Path) -> None:
     if not path.is_dir() or (path / CONFIG_FILE).exists():
         return
     resolved = path.resolve()
-    cwd, home = Path.cwd().resolve(), Path.home().resolve()
+    cwd = Path.cwd().resolve()
+    try:
+        home: Path | None = Path.home().resolve()
+    except (KeyError, RuntimeError):  # no home directory known (no $HOME, no passwd entry)
+        home = None
     if resolved == cwd:
         what = "the current directory"
     elif resolved in cwd.parents:
         what = "a folder above the current directory"
     elif resolved == home:
         what = "the home directory"
-    elif resolved in home.parents:
+    elif home is not None and resolved in home.parents:
         what = "a folder above the home directory"
     else:
         marker = next((m for m in PROJECT_MARKERS if (resolved / m).exists()), None)
