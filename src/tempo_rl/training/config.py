@@ -705,6 +705,15 @@ class TrainConfig(_Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _expected_answer_has_no_use_for_sampling_rewards(self) -> TrainConfig:
+        """Reject the settings that a critic answering by its expectation never reads (see
+        :func:`_unused_by_expected_answers`)."""
+        unused = _unused_by_expected_answers(self)
+        if unused:
+            raise ValueError("; ".join(unused))
+        return self
+
     def batch_limit(self) -> int:
         """Datums one update may send: the backend config's ``max_batch_datums`` when it sets one, else
         ``optim.max_datums_per_update``."""
@@ -722,6 +731,49 @@ class TrainConfig(_Model):
     def to_toml(self) -> str:
         """Serialise to TOML (what the run directory stores as ``config.toml``)."""
         return _to_toml(self.model_dump(mode="json"))
+
+
+#: ``(section, field, what it sets)`` of the settings that only act on sampled critic answers: the K answers'
+#: rewards and their baseline, and how the answers are sampled. With ``sampling.critic_answer = "expected"`` the
+#: generative critic scores the grid's answers and trains their log-loss (tempo_rl.critic.generative), so none of
+#: them changes a run.
+_SAMPLED_ANSWER_SETTINGS: tuple[tuple[str, str, str], ...] = (
+    ("sampling", "critic_temperature", "the temperature of sampled answers; scored answers are not sampled"),
+    ("tempo", "error", "the error of the K sampled answers' rewards; the log-loss trains the critic instead"),
+    (
+        "tempo",
+        "critic_failure_reward",
+        "the reward of an unparsable sampled answer; every scored answer parses",
+    ),
+    (
+        "tempo",
+        "td_critic_baseline",
+        "the baseline of the sampled answers' rewards in TD; the log-loss has no rewards to centre",
+    ),
+)
+
+
+def _unused_by_expected_answers(config: TrainConfig) -> list[str]:
+    """One message per setting of :data:`_SAMPLED_ANSWER_SETTINGS` given a non-default value while TEMPO's
+    generative critic answers by its expectation (``sampling.critic_answer = "expected"``)."""
+    if not (
+        config.algorithm == "tempo"
+        and config.tempo.critic == "generative"
+        and config.sampling.critic_answer == "expected"
+    ):
+        return []
+    sections: dict[str, BaseModel] = {"sampling": config.sampling, "tempo": config.tempo}
+    messages = []
+    for section, name, role in _SAMPLED_ANSWER_SETTINGS:
+        model = sections[section]
+        default = type(model).model_fields[name].default
+        value = getattr(model, name)
+        if value != default:
+            messages.append(
+                f"{section}.{name} = {value!r} has no effect with sampling.critic_answer = 'expected' ({role}): "
+                f"drop {section}.{name} (default {default!r}) or set sampling.critic_answer = 'sampled'"
+            )
+    return messages
 
 
 # --------------------------------------------------------------------------------------------------- loading

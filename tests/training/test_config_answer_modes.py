@@ -1,0 +1,71 @@
+"""Settings that a critic answering by its expectation never reads are rejected, naming both fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tempo_rl.training.config import ConfigError, load_config, validate_config
+from tempo_rl.training.run import DEFAULT_CONFIG
+
+#: a non-default value of each setting that only acts on sampled critic answers
+UNUSED = [
+    ("sampling", "critic_temperature", 0.7),
+    ("tempo", "error", "brier"),
+    ("tempo", "critic_failure_reward", -0.5),
+    ("tempo", "td_critic_baseline", "none"),
+]
+EXPECTED = {"sampling": {"critic_answer": "expected"}}
+
+
+def _config(section: str, name: str, value: Any, **extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"sampling": {"critic_answer": "expected"}, **extra}
+    data.setdefault(section, {})
+    data[section] = {**data[section], name: value}
+    return data
+
+
+@pytest.mark.parametrize(("section", "name", "value"), UNUSED)
+def test_a_setting_of_sampled_answers_is_rejected_with_expected_answers(
+    section: str, name: str, value: Any
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_config(_config(section, name, value))
+    message = str(info.value)
+    assert f"{section}.{name} = {value!r} has no effect with sampling.critic_answer = 'expected'" in message
+    assert f"drop {section}.{name}" in message and "set sampling.critic_answer = 'sampled'" in message
+
+
+@pytest.mark.parametrize(("section", "name", "value"), UNUSED)
+def test_the_same_setting_is_accepted_where_it_applies(section: str, name: str, value: Any) -> None:
+    # sampled answers read it; the other critics and GRPO never use critic_answer at all
+    assert getattr(getattr(validate_config({section: {name: value}}), section), name) == value
+    for extra in ({"tempo": {"critic": "oracle"}}, {"algorithm": "grpo"}):
+        data = _config(section, name, value, **extra)
+        if section == "tempo" and "tempo" in extra:
+            data["tempo"] = {**extra["tempo"], name: value}
+        assert getattr(getattr(validate_config(data), section), name) == value
+
+
+def test_defaults_and_the_main_job_validate_with_expected_answers() -> None:
+    assert validate_config(EXPECTED).sampling.critic_answer == "expected"
+    main = load_config(DEFAULT_CONFIG)
+    assert main.sampling.critic_answer == "expected" and main.tempo.critic == "generative"
+
+
+def test_every_unused_setting_is_named_at_once() -> None:
+    data: dict[str, Any] = {"sampling": {"critic_answer": "expected", "critic_temperature": 0.5}}
+    data["tempo"] = {"error": "brier", "td_critic_baseline": "none"}
+    with pytest.raises(ConfigError) as info:
+        validate_config(data)
+    for field in ("sampling.critic_temperature", "tempo.error", "tempo.td_critic_baseline"):
+        assert f"{field} = " in str(info.value)
+    assert "tempo.critic_failure_reward" not in str(info.value)
+
+
+def test_an_override_on_the_main_job_is_rejected() -> None:
+    with pytest.raises(
+        ConfigError, match=r"tempo\.error = 'brier' has no effect with sampling\.critic_answer"
+    ):
+        load_config(DEFAULT_CONFIG, ['tempo.error="brier"'])
