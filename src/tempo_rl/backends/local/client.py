@@ -5,7 +5,17 @@ accumulates gradients of the summed loss (see :mod:`tempo_rl.backends.local.loss
 mode (no dropout), so training logprobs are the sampler's logprobs on the same weights; ``optim_step`` clips
 the global gradient norm (when ``grad_clip_norm > 0``), applies one decoupled-weight-decay Adam step with
 PyTRIO's parameters and clears the gradients. ``save_weights_and_get_sampling_client`` returns a
-:class:`LocalSamplingClient` over a *copy* of the current weights: later training never changes it.
+:class:`LocalSamplingClient` over the current weights: later training never changes what it computes.
+
+Weights snapshots (one copy of the frozen weights). A sampling client does not copy the model: its parameters
+are new tensors over the training model's storage (the same data pointers). A parameter is copied into the
+sampler only when the training client is about to change it in place while that sampler is still alive
+(copy-on-write): ``optim_step`` copies the parameters it trains, ``load_state`` the ones whose values it
+changes. So with LoRA every sampler shares the frozen base weights and owns only a copy of the adapter, and
+with full fine-tuning a sampler holds its own copy only from the first step after it was made, while something
+(a rollout of that policy version) still references it; a dropped sampler frees its copy.
+:class:`LocalSamplingStats` reports ``sampling/live_samplers``, ``sampling/live_snapshots`` (samplers that hold
+copied weights) and ``sampling/snapshot_bytes``.
 
 Concurrency: ``sample_async`` calls issued together on one event loop (e.g. ``asyncio.gather`` over N
 branches) are coalesced into one batched forward per decode step (an asyncio micro-batcher: the first request
@@ -87,6 +97,22 @@ def _max_positions(model: Any) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
+def _shared_view(model: Any) -> tuple[Any, list[tuple[Any, Any]]]:
+    """A structural copy of ``model`` whose parameters are new, frozen tensors over the same storage.
+
+    Returns the copy and the ``(model parameter, copy's parameter)`` pairs (tied parameters once). Buffers
+    (small: rotary frequencies) are copied. Nothing of the weights is allocated.
+    """
+    torch = require("torch", "local")
+    memo: dict[int, Any] = {}
+    pairs: list[tuple[Any, Any]] = []
+    for p in model.parameters():
+        view = torch.nn.Parameter(p.detach(), requires_grad=False)
+        memo[id(p)] = view
+        pairs.append((p, view))
+    return copy.deepcopy(model, memo), pairs
+
+
 def _check_ids(ids: Sequence[int], vocab_size: int, what: str) -> None:
     """Raise ``ValueError`` naming ``what`` and the first bad ids when a token id is outside the vocabulary."""
     if ids and (min(ids) < 0 or max(ids) >= vocab_size):  # C-speed check of long prompts first
@@ -144,6 +170,24 @@ class LocalSamplingClient:
         budget = default_cache_bytes(device) if prefix_cache_bytes is None else int(prefix_cache_bytes)
         #: the KV prefix cache of these weights (None when ``prefix_cache_bytes == 0``)
         self.prefix_cache = PrefixCache(budget, counters=counters) if budget > 0 else None
+        #: ``(owner's parameter, this client's parameter)`` pairs still sharing storage (copy-on-write, set by
+        #: the training client that made this one; empty for a client over a model of its own)
+        self._borrowed: list[tuple[Any, Any]] = []
+        #: bytes of weights this client copied out of its owner's (0 while it shares them all)
+        self.snapshot_bytes = 0
+
+    def _own_copies(self, changing: set[int]) -> None:
+        """Copy every borrowed parameter whose owner's id is in ``changing`` before the owner changes it in
+        place; waits for a computation of this client in flight (its lock)."""
+        with self._lock:
+            kept: list[tuple[Any, Any]] = []
+            for owner, mine in self._borrowed:
+                if id(owner) in changing:
+                    mine.data = owner.detach().clone()
+                    self.snapshot_bytes += mine.numel() * mine.element_size()
+                else:
+                    kept.append((owner, mine))
+            self._borrowed = kept
 
     # ---- sampling
     def _request(self, prompt: Sequence[int], num_samples: int, params: SamplingParams) -> SampleRequest:
@@ -316,17 +360,32 @@ class LocalSamplingStats:
 
     ``as_metrics()`` is read into the run's metrics by the trainer with the other components' counters: the
     keys of :meth:`LocalSamplingClient.prefix_cache_stats`, cumulative since the training client was made, with
-    ``sampling/prefix_cache_bytes`` / ``_tokens`` summed over the sampling clients still alive.
+    ``sampling/prefix_cache_bytes`` / ``_tokens`` summed over the sampling clients still alive; and the weights
+    snapshots now: ``sampling/live_samplers`` (sampling clients still referenced), ``sampling/live_snapshots``
+    (those of them that hold a copy of some weights: an older policy version still in use) and
+    ``sampling/snapshot_bytes`` (the bytes of those copies).
     """
 
     def __init__(self) -> None:
         self.counters = PrefixCacheCounters()
         self.samplers: weakref.WeakSet[LocalSamplingClient] = weakref.WeakSet()
 
+    def snapshots(self) -> dict[str, float]:
+        """``live_samplers``, ``live_snapshots`` and ``snapshot_bytes`` (without the prefix)."""
+        live = list(self.samplers)
+        copies = [s.snapshot_bytes for s in live if s.snapshot_bytes > 0]
+        return {
+            "live_samplers": float(len(live)),
+            "live_snapshots": float(len(copies)),
+            "snapshot_bytes": float(sum(copies)),
+        }
+
     def as_metrics(self) -> dict[str, float]:
         """The counters as ``sampling/...`` metrics."""
         caches = [s.prefix_cache for s in list(self.samplers) if s.prefix_cache is not None]
-        return counters_metrics(self.counters, caches)
+        out = counters_metrics(self.counters, caches)
+        out.update({f"sampling/{k}": v for k, v in self.snapshots().items()})
+        return out
 
 
 def _first_active(loss_fn: str, mask: torch.Tensor, inputs: Mapping[str, torch.Tensor]) -> int:
@@ -522,6 +581,8 @@ class LocalTrainingClient:
             opt = self._make_optimizer()
             for g in opt.param_groups:
                 g.update(lr=a.learning_rate, betas=(a.beta1, a.beta2), eps=a.eps, weight_decay=a.weight_decay)
+            # samplers still alive keep their policy version: they copy what the step changes in place
+            self._release({id(p) for g in opt.param_groups for p in g["params"]})
             params = self._trainable()
             grads = [p.grad for p in params if p.grad is not None]
             norm = (
@@ -561,39 +622,62 @@ class LocalTrainingClient:
             raise FileNotFoundError(f"no saved state at {p}; pass a path returned by save_state(name)")
         state = torch.load(p, map_location=self.device, weights_only=True)
         with self._lock:
-            self.model.load_state_dict(state["model"])
+            loaded = state["model"]
+            changing = {  # what load_state_dict overwrites in place with other values
+                id(v)
+                for k, v in self.model.state_dict(keep_vars=True).items()
+                if isinstance(v, torch.nn.Parameter)
+                and (v.requires_grad or k not in loaded or not torch.equal(v.detach(), loaded[k]))
+            }
+            self._release(changing)
+            self.model.load_state_dict(loaded)
             self._optimizer = None
             if state.get("optimizer") is not None:
                 self._make_optimizer().load_state_dict(state["optimizer"])
             self.step = int(state.get("step", 0))
 
+    def _live_samplers(self) -> list[LocalSamplingClient]:
+        return [s for s in (ref() for _, ref in self._samplers) if s is not None]
+
+    def _release(self, changing: set[int]) -> None:
+        """Before the parameters with ids in ``changing`` change in place: every live sampler copies those it
+        still shares (copy-on-write); dead samplers are forgotten."""
+        self._samplers = [(step, ref) for step, ref in self._samplers if ref() is not None]
+        for sampler in self._live_samplers():
+            sampler._own_copies(changing)
+
     def save_weights_and_get_sampling_client(self, name: str | None = None) -> LocalSamplingClient:
-        """A sampling client over a snapshot (deep copy) of the current weights; ``name`` is a label only."""
+        """A sampling client over the current weights, which later training never changes for it; ``name`` is
+        a label only.
+
+        The client shares the weights' storage and copies a parameter only before this client changes it
+        while the sampler is alive (see the module's docstring): with LoRA the frozen base weights stay one
+        copy, shared by every policy version.
+        """
         if name is not None:
             check_checkpoint_name(name)
-        with self._lock:
-            snapshot = copy.deepcopy(self.model)
-        for p in snapshot.parameters():
-            p.requires_grad_(False)
-        self._snapshots += 1
-        sampler = LocalSamplingClient(
-            snapshot,
-            self.tokenizer,
-            device=self.device,
-            seed=self.seed + self._snapshots,
-            max_batch_rows=self.max_batch_rows,
-            prefix_cache_bytes=self.prefix_cache_bytes,
-            shared_counters=self.sampling_stats.counters,
-        )
-        live: list[tuple[int, weakref.ref[LocalSamplingClient]]] = []
-        for step, ref in self._samplers:
-            old = ref()
-            if old is None:
-                continue
-            if step < self.step:  # an older policy version: free its memory for the new one's cache
-                old.clear_prefix_cache()
-            live.append((step, ref))
-        self._samplers = [*live, (self.step, weakref.ref(sampler))]
+        with self._lock:  # registered before an optim_step can change the shared weights
+            snapshot, pairs = _shared_view(self.model)
+            self._snapshots += 1
+            sampler = LocalSamplingClient(
+                snapshot,
+                self.tokenizer,
+                device=self.device,
+                seed=self.seed + self._snapshots,
+                max_batch_rows=self.max_batch_rows,
+                prefix_cache_bytes=self.prefix_cache_bytes,
+                shared_counters=self.sampling_stats.counters,
+            )
+            sampler._borrowed = pairs
+            live: list[tuple[int, weakref.ref[LocalSamplingClient]]] = []
+            for step, ref in self._samplers:
+                old = ref()
+                if old is None:
+                    continue
+                if step < self.step:  # an older policy version: free its memory for the new one's cache
+                    old.clear_prefix_cache()
+                live.append((step, ref))
+            self._samplers = [*live, (self.step, weakref.ref(sampler))]
         self.sampling_stats.samplers.add(sampler)
         return sampler
 
