@@ -1,7 +1,7 @@
 """Benchmark: how many warm-up env steps the generative critic needs at T = 48 before its values correlate.
 
-Issue 22 asks for the mechanism benchmark's generative critic to reach a value correlation of 0.7 with its Monte
-Carlo targets by the end of its warm-up, on every seed, within the arm's budget of 4,608 env steps
+The mechanism benchmark's generative critic is meant to reach a value correlation of 0.7 with its Monte Carlo
+targets by the end of its warm-up, on every seed, within the arm's budget of 4,608 env steps
 (``benchmarks/mechanism.py``). This runs that arm's warm-up alone for longer, to see what it would take.
 
 Per seed it starts from the mechanism benchmark's own ``keydoor_rule`` warm start (:func:`mechanism.warm_start_task`,
@@ -27,10 +27,10 @@ Prints ONE JSON line: per seed, per update, the correlation, the critic's mean e
 mean, the policy's success from those states) and the cumulative env steps; per seed the env steps after which
 the correlation stays at or above ``--bar`` (0.7) for the rest of the run (null: never), and the probe.
 
-Measured 2026-12-04 (``--seeds 0 1 --jobs 2``, 30 updates of 8 games and 6 states, before the probe existed:
-23 minutes on 2 cores, warm starts included), and the probe on seeds 0-4 for the arm's design and for a critic
-with its own weights (third stop, about 20 minutes a run), and with its own weights and replay, the design
-whose probe holds on all 5 seeds (2026-12-05, 58 minutes): ``docs/results.md``, "What is open".
+Cost on 2 cores, warm starts included: ``--seeds 0 1 --jobs 2`` with 30 updates of 8 games and 6 states and no
+probe takes about 23 minutes; the probe on seeds 0-4 takes about 20 minutes a run for the arm's design and for a
+critic with its own weights, and 58 minutes for a critic with its own weights and replay, the design whose probe
+holds on all 5 seeds. The figures are in ``docs/results.md``.
 
 Usage::
 
@@ -63,8 +63,8 @@ _KEYS = ("critic/value_corr", "critic/mean_estimate_mean", "cost/env_steps")
 
 @dataclass(frozen=True)
 class Design:
-    """How the critic's warm-up is run (the defaults are the mechanism benchmark's generative arm until
-    2026-12-05: one set of weights, states every H rounds, 4 steps an update, no replay; the arm now runs
+    """How the critic's warm-up is run (the defaults: one set of weights, states every H rounds,
+    4 steps an update, no replay; the mechanism benchmark's generative arm runs
     ``Design(stride=1, substeps=16, epochs=2, own_weights=True, replay=True, library=True)``, 32 steps an update).
 
     Attributes:

@@ -1,4 +1,4 @@
-"""What ``optim.chunk_datums`` does to the gradient on PyTRIO, against the documented sum (issue 23, defect 7).
+"""What ``optim.chunk_datums`` does to the gradient on PyTRIO, against the documented sum.
 
 tempo-rl documents every loss as a **sum** over target positions (:mod:`tempo_rl.backends.types`); the local
 backend computes exactly that. pytrio 0.2.9 instead normalises each ``forward_backward`` call over totals of

@@ -1,6 +1,7 @@
-"""Benchmark: could any critic clear the bar on this env? The generative arm's warm-up and value probe, alone.
+"""Benchmark: could any critic reach a value correlation of 0.7 on this env? The generative arm's warm-up and
+value probe, alone.
 
-Issue 22's bar for the mechanism benchmark's generative critic is a value correlation of at least 0.7 with Monte
+The mechanism benchmark's generative critic is meant to reach a value correlation of at least 0.7 with Monte
 Carlo returns at the end of its warm-up, on every seed. How high a critic can score depends on the env and the
 policy as much as on the critic: a single return is ``G = V_pi(s) + e`` with ``E[e | s] = 0``, so no critic
 beats the ceiling ``corr(V_pi, G) = sd(V_pi) / sd(G)`` on average (:func:`mechanism.value_probe`). Where the
@@ -26,17 +27,16 @@ Prints ONE JSON line: the setting, and per seed the warm start's evaluation (suc
 episode), each warm-up update's ``warmup/success_rate`` and ``critic/value_corr``, and the probe's figures; then
 over the seeds the min / median / max of the ceiling and of the critic's two correlations.
 
-Measured 2026-12-05 (fifth stop) on knights: ``docs/results.md``, "knights' designs measured"; the sixth stop's
-knights (the actor at 0.5, 512 demo games, H = 2, 8 warm-up games, the conflict note) is now the benchmark's, and
-the fifth stop's settings need ``--temperature 1.0 --demo-episodes 96 --macro-rounds 4 --warmup-games 4`` (the
-env's note stays on). Since the seventh stop knights' probe reads V_pi from 32 rollouts per state; the earlier
-rows used 8 (``--probe-rollouts 8``). Since the ninth stop (2026-12-06) knights' critic steps at 3e-3, sees the
-last turn only and warms up on 16 games per update; the seventh stop's critic needs ``--critic-learning-rate
-actor --critic-history-turns all --warmup-games 8`` (``docs/results.md``). Usage::
+The knights figures are in ``docs/results.md``. The benchmark's knights runs the actor at temperature 0.5 with
+512 demo games, H = 2 and the conflict note; its probe reads V_pi from 32 rollouts per state; its critic steps
+at 3e-3, sees the last turn only and warms up on 16 games per update. Other settings measured there: an actor at
+temperature 1.0 on 96 demo games (``--temperature 1.0 --demo-episodes 96 --macro-rounds 4 --warmup-games 4``,
+the env's note on), a probe of 8 rollouts (``--probe-rollouts 8``), and a critic with the actor's step size that
+sees the whole history (``--critic-learning-rate actor --critic-history-turns all --warmup-games 8``). Usage::
 
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2      # the benchmark's knights
     python benchmarks/warmup_probe.py --env knights --seeds 0 1 2 3 4 --jobs 2 \
-        --temperature 1.0 --demo-episodes 96 --macro-rounds 4 --warmup-games 4      # the fifth stop's actor
+        --temperature 1.0 --demo-episodes 96 --macro-rounds 4 --warmup-games 4      # an actor at temperature 1.0
     python benchmarks/warmup_probe.py --quick                                       # a smoke run (seconds)
 """
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import settings
 
 #: No hypothesis deadline anywhere: a property test checks what the code computes, never how fast (speed lives in
-#: ``benchmarks/``); the 200 ms default failed pure-function tests on a loaded 2-core machine
-#: (test_text_diff_properties beside a benchmark run, 2026-12-06).
+#: ``benchmarks/``); the 200 ms default fails pure-function tests (test_text_diff_properties) on a 2-core
+#: host loaded by a benchmark run.
 settings.register_profile("tempo-rl", deadline=None)
 settings.load_profile("tempo-rl")
 

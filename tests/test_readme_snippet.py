@@ -71,7 +71,7 @@ def test_every_python_block_in_the_readme_runs() -> None:
 
 
 def test_readme_is_at_most_100_lines_besides_the_snippet() -> None:
-    """The README is for users (issue 21): at most 100 lines, not counting the marker and the signals snippet's
+    """The README is for users: at most 100 lines, not counting the marker and the signals snippet's
     fenced block; measurement history belongs in docs/results.md."""
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     snippet_lines = len(extract_snippet(readme).splitlines()) + 3  # the marker and the two fences

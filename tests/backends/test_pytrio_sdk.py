@@ -1,6 +1,6 @@
 """tempo-rl on the real pytrio 0.2.9 client, with only its HTTP transport replaced (``fake_pytrio``).
 
-One test per defect of issue 23 on PyTRIO (each failed before the fix): resume and the KL-reference reload
+One test per adapter behaviour the real client could break: resume and the KL-reference reload
 (``validation.already_initialized``), Adam restored on resume, the loss metric, ``tokenizer_path`` honoured by
 pytrio's ``forward_backward``, checkpoint names never reused (two saves of one name, a save retried after a
 timeout), pytrio's per-sample limit checked at the start.

@@ -81,7 +81,7 @@ def test_tinker_methods_we_call(owner: str, method: str) -> None:
 
 
 def test_tinker_apis_we_no_longer_call_are_the_deprecated_ones() -> None:
-    """Why the adapter avoids them (issue 23, defect 6)."""
+    """Why the adapter avoids them: they are deprecated."""
     for owner, method in [
         ("SamplingClient", "sample_async"),
         ("SamplingClient", "compute_logprobs_async"),

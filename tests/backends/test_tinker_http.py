@@ -1,8 +1,8 @@
 """tempo-rl on the real tinker 0.38.0 client, with only its HTTP transport replaced (``fake_tinker``).
 
-One test per defect of issue 23 on Tinker (each failed before the fix): deprecated APIs on every update (defect
-6: ``name=`` in the snapshot, ``load_state``, ``sample_async`` / ``compute_logprobs_async``), Adam reset by a
-resume (defect 2), a checkpoint name saved twice (defect 5).
+One test per adapter behaviour the real client could break: no deprecated API on any update (``name=`` in the
+snapshot, ``load_state``, ``sample_async`` / ``compute_logprobs_async``), Adam kept across a resume, a
+checkpoint name never saved twice.
 """
 
 from __future__ import annotations

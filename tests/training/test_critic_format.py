@@ -1,4 +1,4 @@
-"""A shortened main job whose critic answers must parse in every update (issue 22: the format never collapses).
+"""A shortened main job whose critic answers must parse in every update (the answer format never collapses).
 
 The built-in main job (``tempo_rl/training/main_job.toml``) as it ships, cut to 6 warm-up and 2 TD updates, and
 with a format that is stressed: the supervised warm start sees 32 demos instead of 128, so the critic's answer

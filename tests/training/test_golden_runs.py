@@ -223,7 +223,7 @@ def test_local_run_matches_its_golden_record(tmp_path: Path) -> None:
     assert [sorted(m) for m in record["metrics"]] == [sorted(m) for m in golden["metrics"]]
     if record["fingerprint"] != golden["fingerprint"]:
         pytest.skip(
-            f"metric names match; values not compared: this machine's float fingerprint "
+            f"metric names match; values not compared: the host's float fingerprint "
             f"{record['fingerprint']} differs from the recording's {golden['fingerprint']}"
         )
     _compare(record["metrics"], golden["metrics"], "local")

@@ -351,8 +351,8 @@ def test_keydoor_rule_rewards_blue_keys_and_demonstrates_random_ones(tmp_path: P
 
 def test_cache_keys_follow_the_whole_config_and_the_code(tmp_path: Path, monkeypatch) -> None:
     """A cached warm start or arm run is reused only by the same config and the same code: a field
-    ``make_config`` does not set (``env.invalid_action_penalty``: results of 2026-12-02 were once served from runs
-    made with a penalty the code no longer set), the demo count or the code change both keys; the folder
+    ``make_config`` does not set (``env.invalid_action_penalty``: otherwise a run made with a penalty the code
+    no longer sets would be served), the demo count or the code change both keys; the folder
     the runs are cached in does not."""
     env = mech.QUICK_ENVS["keydoor_rule"]
     seen: list[tuple[str, str]] = []

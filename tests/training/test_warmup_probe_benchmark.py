@@ -39,7 +39,7 @@ def test_env_setting_overrides_only_what_it_is_given() -> None:
     assert (base.macro_rounds, base.demo_episodes, base.warmup_games, base.probe_rollouts) == (2, 512, 16, 32)
     assert (base.critic_learning_rate, base.critic_history_turns) == (3e-3, 1)
     assert (changed.critic_learning_rate, changed.critic_history_turns) == (3e-3, 1)
-    # the seventh stop's critic: the actor's step size, the whole history
+    # a critic with the actor's step size that sees the whole history
     old = probe.env_setting(
         "knights", False, {}, critic={"critic_learning_rate": None, "critic_history_turns": None}
     )

@@ -18,7 +18,7 @@ so ``V_hat`` estimates the value of the policy that reached the state, older tur
 before the key room). Without it, or when that prefix leaves no room for another turn, they start from a fresh
 prompt rendered from the restored state's current observation (the opening-prompt format, with the step
 budget): the value of a policy that has forgotten the turns before. On ``keydoor_rule`` that restarted policy
-won less than the one that played the episodes on all 5 seeds measured (2026-12-05), so a fresh start reads
+won less than the one that played the episodes on each of the 5 seeds measured, so a fresh start reads
 the values low where the history matters.
 
 Cost: every rollout is real env steps and sampled tokens; the counters (:attr:`MonteCarloCritic.env_steps`,

@@ -16,7 +16,7 @@ Failure contract (both pools):
 
 Threads (:class:`EnvWorkerPool`, the default) suit envs that release the GIL or spend their time in I/O
 and C code; a Python thread cannot be killed, so a hung thread is abandoned (daemon) and a new one takes its
-place. :class:`RayEnvWorkerPool` (the ``ray`` extra) runs each env in its own Ray actor, on this machine or a
+place. :class:`RayEnvWorkerPool` (the ``ray`` extra) runs each env in its own Ray actor, on the local host or a
 cluster, and kills hung actors for real.
 """
 
