@@ -34,6 +34,7 @@ from tempo_rl._version import __version__
 #: command name -> module (relative to tempo_rl.cli) that registers it
 COMMANDS: dict[str, str] = {
     "train": "train",
+    "race": "race",
     "eval": "evaluate",
     "plot": "plot",
     "report": "report",

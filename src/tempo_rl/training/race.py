@@ -1,0 +1,254 @@
+"""The race: TEMPO and GRPO trained from one warm start, on one env, at equal env steps.
+
+:func:`race` runs, in ``run_dir``:
+
+1. ``warmstart/``: the supervised warm start of ``config`` (TEMPO's config: its critic's answer-format examples
+   are part of it), saved as a backend state and evaluated (success at 0 env steps);
+2. ``tempo/`` and ``grpo/``: ``config`` with ``algorithm = "tempo"`` and ``"grpo"``, each loaded from that state
+   and trained until it has used ``budget_env_steps`` env steps (``cost/env_steps``: every action sent to an env
+   by training, the warm-up's episodes included; evaluation is not counted), evaluated on the same held-out
+   games (``run.eval_episodes`` of ``env.eval_*``) at ``marks`` evenly spaced env-step marks; each writes its
+   per-update metrics to its ``metrics.jsonl``. The two run in parallel processes (``jobs``), one torch thread
+   each.
+
+The race's record, ``summary.json`` (and :func:`race` returns it): per algorithm the env steps, tokens
+processed (``cost/tokens``: prefill + sampled + trained) and success at each mark, and a one-line verdict
+comparing the final marks. ``race.png`` plots success against env steps and against tokens (with the ``plot``
+extra). Success at a mark is the evaluation made at the first update that reached it (one evaluation stands for
+every mark that update passed, so each algorithm has one entry per mark).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tempo_rl.training.config import TrainConfig
+
+__all__ = ["RACE_ALGORITHMS", "race", "race_marks", "race_table", "verdict"]
+
+#: The algorithms a race trains, in the order it reports them.
+RACE_ALGORITHMS = ("tempo", "grpo")
+#: Success within this of the other's counts as a tie (one evaluation game of 32 is 0.031).
+TIE = 1e-9
+
+
+def race_marks(budget_env_steps: int, marks: int) -> list[int]:
+    """``marks`` evenly spaced env-step marks ending at the budget: ``round(budget * k / marks)``, k = 1..marks."""
+    if budget_env_steps < 1 or marks < 1:
+        raise ValueError(
+            f"a race needs budget_env_steps >= 1 and marks >= 1; got {budget_env_steps}, {marks}"
+        )
+    return [round(budget_env_steps * k / marks) for k in range(1, marks + 1)]
+
+
+def arm_config(config: TrainConfig, algorithm: str, run_dir: Path) -> TrainConfig:
+    """``config`` as one arm of the race: its algorithm, its run folder, updates bounded by the env-step budget
+    (not by a count), no evaluation of its own (the race evaluates at its marks) and no console."""
+    return config.model_copy(
+        update={
+            "algorithm": algorithm,
+            "tempo": config.tempo.model_copy(update={"td_updates": 1_000_000}),
+            "grpo": config.grpo.model_copy(update={"updates": 1_000_000}),
+            "run": config.run.model_copy(update={"run_dir": str(run_dir), "eval_every": 0, "console": False}),
+        },
+        deep=True,
+    )
+
+
+def _close(trainer: Any) -> None:
+    pool = trainer.c.pool
+    if hasattr(pool, "close"):
+        pool.close()
+    trainer.c.store.close()
+    trainer.close()
+
+
+def warm_start_state(config: TrainConfig, ws_dir: Path) -> tuple[str, float, int]:
+    """The warm start of ``config`` in ``ws_dir``: ``(backend state path, eval success, eval tokens)``; without
+    ``warmstart.enabled`` the initial weights' state."""
+    from tempo_rl.training.run import build_trainer
+    from tempo_rl.training.warmstart import warm_start
+
+    ws_dir.mkdir(parents=True, exist_ok=True)
+    trainer = build_trainer(config, ws_dir)
+    try:
+        if config.warmstart.enabled:
+            warm_start(trainer)
+        state = str(trainer.c.training_client.save_state("warmstart"))
+        result = trainer.run_async(trainer.evaluate(config.run.eval_episodes, updates_done=0))
+    finally:
+        _close(trainer)
+    return state, float(result["eval/success_rate"]), 0
+
+
+def run_arm(
+    config_json: str, run_dir: str, warm_state: str, warm_success: float, budget: int, marks: Sequence[int]
+) -> dict[str, Any]:
+    """One arm of the race (in its own process): train from ``warm_state`` until ``budget`` env steps, evaluating
+    at ``marks``. Returns ``{"env_steps", "tokens", "success", "updates", "seconds"}``, the first entries the
+    warm start's (0 env steps, 0 tokens)."""
+    from tempo_rl.training.config import validate_config
+    from tempo_rl.training.run import build_trainer
+
+    config = validate_config(json.loads(config_json))
+    path = Path(run_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    last: dict[str, float] = {}
+    out = path / "metrics.jsonl"
+
+    def log(step: int, metrics: Mapping[str, float]) -> None:
+        last.clear()
+        last.update(metrics)
+        with out.open("a", encoding="utf-8") as fh:
+            row = {
+                k: (v if isinstance(v, float | int) and math.isfinite(v) else None)
+                for k, v in metrics.items()
+            }
+            fh.write(json.dumps({"step": step, **row}) + "\n")
+
+    t0 = time.perf_counter()
+    trainer = build_trainer(config, path, log=log, backend_state=warm_state)
+    trainer.state.warmstart_done = True
+    trainer.state.policy_version = (
+        1  # the warm start was one policy version (a critic of its own loads it too)
+    )
+    record: dict[str, Any] = {"env_steps": [0], "tokens": [0], "success": [warm_success], "updates": 0}
+    pending = list(marks)
+    steps = 0
+    try:
+        while pending:
+            trainer.train(max_updates=1)
+            new_steps = int(last["cost/env_steps"])
+            if new_steps <= steps:
+                raise RuntimeError(f"the {config.algorithm} arm's update played no env step; see {path}")
+            steps = new_steps
+            record["updates"] += 1
+            passed = sum(1 for m in pending if steps >= m)
+            if passed:  # one evaluation of this policy stands for every mark its update passed
+                del pending[:passed]
+                res = trainer.run_async(
+                    trainer.evaluate(config.run.eval_episodes, updates_done=len(record["success"]))
+                )
+                record["env_steps"].extend([steps] * passed)
+                record["tokens"].extend([int(last["cost/tokens"])] * passed)
+                record["success"].extend([float(res["eval/success_rate"])] * passed)
+    finally:
+        _close(trainer)
+    record["seconds"] = time.perf_counter() - t0
+    return record
+
+
+def verdict(result: Mapping[str, Any]) -> str:
+    """One line: which algorithm leads at the final mark, by how much, and at the same env steps."""
+    tempo, grpo = result["tempo"], result["grpo"]
+    a, b = tempo["success"][-1], grpo["success"][-1]
+    steps = max(tempo["env_steps"][-1], grpo["env_steps"][-1])
+    if abs(a - b) <= TIE:
+        return f"TEMPO and GRPO tie at {a:.2f} success after about {steps} env steps"
+    lead, trail = ("TEMPO", "GRPO") if a > b else ("GRPO", "TEMPO")
+    return f"{lead} leads {trail} by {abs(a - b):.2f} success ({max(a, b):.2f} vs {min(a, b):.2f}) after about {steps} env steps"
+
+
+def race_table(result: Mapping[str, Any]) -> str:
+    """The side-by-side table: per mark, each algorithm's env steps, success and tokens processed (millions)."""
+    lines = [
+        f"{'mark':>4}  {'TEMPO steps':>11} {'success':>7} {'Mtokens':>7}   {'GRPO steps':>10} {'success':>7} {'Mtokens':>7}"
+    ]
+    tempo, grpo = result["tempo"], result["grpo"]
+    for k in range(min(len(tempo["success"]), len(grpo["success"]))):
+        lines.append(
+            f"{k:>4}  {tempo['env_steps'][k]:>11} {tempo['success'][k]:>7.2f} {tempo['tokens'][k] / 1e6:>7.2f}   "
+            f"{grpo['env_steps'][k]:>10} {grpo['success'][k]:>7.2f} {grpo['tokens'][k] / 1e6:>7.2f}"
+        )
+    return "\n".join(lines)
+
+
+def plot_race(result: Mapping[str, Any], path: Path) -> bool:
+    """``race.png``: success against env steps and against tokens processed; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name, colour in (("tempo", "tab:blue"), ("grpo", "tab:gray")):
+        arm = result[name]
+        label = "TEMPO" if name == "tempo" else "GRPO"
+        axes[0].plot(arm["env_steps"], arm["success"], "o-", color=colour, label=label)
+        axes[1].plot([t / 1e6 for t in arm["tokens"]], arm["success"], "o-", color=colour, label=label)
+    axes[0].set_xlabel("env steps")
+    axes[1].set_xlabel("tokens processed (millions)")
+    for ax in axes:
+        ax.set_ylabel("held-out success")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(verdict(result))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def race(
+    config: TrainConfig,
+    run_dir: Path,
+    *,
+    budget_env_steps: int,
+    marks: int = 6,
+    jobs: int = 2,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Race TEMPO against GRPO from one warm start at equal env steps (see the module docstring); writes
+    ``summary.json`` and ``race.png`` into ``run_dir`` and returns the summary."""
+    say = say or (lambda _line: None)
+    points = race_marks(budget_env_steps, marks)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    base = config.model_copy(update={"algorithm": "tempo"})
+    say(f"warm start on {config.warmstart.episodes} expert demos (shared by both algorithms)...")
+    state, success, _ = warm_start_state(
+        arm_config(base, "tempo", run_dir / "warmstart"), run_dir / "warmstart"
+    )
+    say(
+        f"warm start done: held-out success {success:.2f}; training TEMPO and GRPO to {budget_env_steps} env steps each..."
+    )
+    with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(RACE_ALGORITHMS)))) as pool:
+        futures = {
+            name: pool.submit(
+                run_arm,
+                arm_config(base, name, run_dir / name).model_dump_json(),
+                str(run_dir / name),
+                state,
+                success,
+                budget_env_steps,
+                points,
+            )
+            for name in RACE_ALGORITHMS
+        }
+        arms = {name: f.result() for name, f in futures.items()}
+    result: dict[str, Any] = {
+        "budget_env_steps": budget_env_steps,
+        "marks": points,
+        **arms,
+        "seconds": time.perf_counter() - t0,
+    }
+    result["verdict"] = verdict(result)
+    summary = {"race": result}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    plotted = plot_race(result, run_dir / "race.png")
+    say(race_table(result))
+    say(result["verdict"])
+    if plotted:
+        say(f"plot: {run_dir / 'race.png'}")
+    say(f"{time.perf_counter() - t0:.0f} s; {os.path.join(str(run_dir), 'summary.json')}")
+    return summary

@@ -1,0 +1,70 @@
+"""The race (``tempo-rl race``): its marks, table and verdict by hand, and a shortened race end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tempo_rl.training.race import race_marks, race_table, verdict
+
+
+def _arm(success: list[float], steps: list[int], tokens: list[int]) -> dict:
+    return {"success": success, "env_steps": steps, "tokens": tokens}
+
+
+def test_marks_are_evenly_spaced_and_end_at_the_budget() -> None:
+    assert race_marks(4608, 6) == [768, 1536, 2304, 3072, 3840, 4608]
+    assert race_marks(10, 3) == [3, 7, 10]
+    with pytest.raises(ValueError, match="budget_env_steps >= 1"):
+        race_marks(0, 3)
+
+
+def test_the_verdict_compares_the_final_marks() -> None:
+    result = {
+        "tempo": _arm([0.2, 0.5], [0, 400], [0, 1_500_000]),
+        "grpo": _arm([0.2, 0.3125], [0, 390], [0, 900_000]),
+    }
+    assert verdict(result) == "TEMPO leads GRPO by 0.19 success (0.50 vs 0.31) after about 400 env steps"
+    result["grpo"]["success"][-1] = 0.5
+    assert verdict(result).startswith("TEMPO and GRPO tie at 0.50")
+    table = race_table(result).splitlines()
+    assert len(table) == 3 and table[2].split() == ["1", "400", "0.50", "1.50", "390", "0.50", "0.90"]
+
+
+@pytest.mark.slow
+def test_a_short_race_writes_its_summary_and_plot(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from tempo_rl.cli import main
+
+    run_dir = tmp_path / "race"
+    overrides = [
+        "backend.hidden_size=32",
+        "backend.num_layers=1",
+        "backend.num_heads=2",
+        "backend.vocab_size=512",
+        "warmstart.episodes=4",
+        "warmstart.epochs=1",
+        "tempo.warmup_updates=1",
+        "tempo.warmup_games_per_batch=2",
+        "run.eval_episodes=2",
+    ]
+    args = ["race", "--run-dir", str(run_dir), "--budget-env-steps", "60", "--marks", "2", "--quiet"]
+    assert main([*args, *(x for o in overrides for x in ("--set", o))]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())["race"]
+    assert summary["marks"] == [30, 60]
+    for name in ("tempo", "grpo"):
+        arm = summary[name]
+        assert arm["env_steps"][0] == 0 and arm["tokens"][0] == 0
+        assert len(arm["env_steps"]) == len(arm["tokens"]) == len(arm["success"]) == 3
+        assert arm["env_steps"][-1] >= 60 and arm["tokens"][-1] >= arm["tokens"][1] > 0
+        assert all(0.0 <= s <= 1.0 for s in arm["success"])
+        assert (run_dir / name / "metrics.jsonl").stat().st_size > 0
+    assert summary["tempo"]["success"][0] == summary["grpo"]["success"][0]  # one warm start for both
+    assert summary["verdict"] == verdict(summary)
+    assert (run_dir / "race.png").stat().st_size > 0
+    # a race starts in a new folder: the same folder again is refused, and nothing in it changes
+    before = sorted(p.name for p in run_dir.iterdir())
+    assert main([*args]) == 2
+    assert sorted(p.name for p in run_dir.iterdir()) == before
