@@ -687,11 +687,7 @@ class TempoTrainer(MacroStepTrainer):
         endpoints = await self.value_endpoints(starts, results, ends, timer)
         batch = td_batch(endpoints.segment_rewards, endpoints.values, endpoints.bootstrap, endpoints.mask)
         correction, prefix = await self.td_prefix_weights(starts, timer)
-        critic_idx = np.flatnonzero(batch.mask.any(axis=1)).tolist()
-        with timer.part("sampling"):
-            queries = [self.critic_query(starts[i].state) for i in critic_idx]
-            start_estimates = await self.estimate_many(queries, t.critic_samples)
-        targets = [float(batch.targets[i]) for i in critic_idx]
+        critic_idx, start_estimates, targets = await self.value_starts(starts, batch, timer)
         actor_advantages = correction.apply(batch.advantages, prefix)
         actor, kl_metrics = await self.td_actor_datums(results, batch, actor_advantages, timer)
         critic, critic_degenerate = self.critic_datums_of(start_estimates, targets, td=True)
@@ -716,6 +712,16 @@ class TempoTrainer(MacroStepTrainer):
             )
         )
         return metrics
+
+    async def value_starts(
+        self, starts: Sequence[StartState], batch: TDBatch, timer: UpdateTimer
+    ) -> tuple[list[int], list[CriticEstimates], list[float]]:
+        """K critic samples on each start state with a kept branch: ``(their indices, estimates, TD targets G)``."""
+        critic_idx = np.flatnonzero(batch.mask.any(axis=1)).tolist()
+        with timer.part("sampling"):
+            queries = [self.critic_query(starts[i].state) for i in critic_idx]
+            estimates = await self.estimate_many(queries, self.config.tempo.critic_samples)
+        return critic_idx, list(estimates), [float(batch.targets[i]) for i in critic_idx]
 
     async def td_prefix_weights(
         self, starts: Sequence[StartState], timer: UpdateTimer
