@@ -29,6 +29,7 @@ import asyncio
 import copy
 import re
 import threading
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,7 +39,7 @@ import numpy as np
 
 from tempo_rl._optional import require
 from tempo_rl.backends.local.losses import compute_loss
-from tempo_rl.backends.local.model import forward_logits
+from tempo_rl.backends.local.model import check_dtype, forward_logits
 from tempo_rl.backends.local.prefix_cache import (
     PrefixCache,
     PrefixCacheCounters,
@@ -452,6 +453,19 @@ class LocalTrainingClient:
                 "build the model with vocab_size=len(tokenizer)"
             )
         self.model = model.to(device).eval()  # always eval: no dropout in training or sampling
+        dtypes = {p.dtype for p in self.model.parameters()}
+        for dt in dtypes:
+            check_dtype(dt, device)
+        low = sorted(
+            str(p.dtype) for p in self.model.parameters() if p.requires_grad and p.element_size() < 4
+        )
+        if low:
+            warnings.warn(
+                f"the trained parameters are {low[0].removeprefix('torch.')}: Adam updates smaller than their "
+                "rounding step (~0.4% of a weight in bfloat16) are lost; train full fine-tuning in float32, or "
+                "use LoRA (its adapter stays float32 over half-precision base weights)",
+                stacklevel=2,
+            )
         self.tokenizer = tokenizer
         self.device = device
         self.seed = seed

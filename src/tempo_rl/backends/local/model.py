@@ -17,7 +17,14 @@ from tempo_rl._optional import require
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["apply_lora", "build_tiny_model", "forward_logits", "load_model", "resolve_device"]
+__all__ = [
+    "apply_lora",
+    "build_tiny_model",
+    "check_dtype",
+    "forward_logits",
+    "load_model",
+    "resolve_device",
+]
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -79,8 +86,40 @@ def build_tiny_model(
     return model
 
 
+def check_dtype(dtype: Any, device: str) -> None:
+    """Raise ``ValueError`` when this torch cannot compute in ``dtype`` (a ``torch.dtype`` or its name) on
+    ``device``: a matrix product and a softmax in it are tried there.
+
+    float32 always works. bfloat16 works on every x86-64 and ARM CPU torch supports (fast where the CPU has
+    bfloat16 instructions: AVX512-BF16 or AMX; elsewhere it is converted around each product) and on CUDA GPUs
+    that ``torch.cuda.is_bf16_supported()``; float16 on CUDA and, slowly, on recent torch CPU builds.
+    """
+    torch = require("torch", "local")
+    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if dt in (torch.float32, torch.float64):
+        return
+    name = str(dt).removeprefix("torch.")
+    why = ""
+    if str(device).startswith("cuda") and dt == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        why = "this GPU has no bfloat16 support"
+    else:
+        try:
+            x = torch.ones((4, 4), dtype=dt, device=device)
+            float(torch.softmax(x @ x, dim=-1).sum())
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+    if why:
+        raise ValueError(
+            f"backend.dtype = {name!r} cannot run on {device} with this torch ({why}); use 'float32'"
+        )
+
+
 def load_model(path: str | Path, *, dtype: str = "float32") -> Any:
-    """Load a causal LM checkpoint from a local directory (never downloads).
+    """Load a causal LM checkpoint from a local directory (never downloads), its weights in ``dtype``.
+
+    A float32 checkpoint (such as ``tempo-rl model fetch smollm2``'s) loads in bfloat16 or float16 when asked:
+    half the weights' memory. Per-token logprobs then differ from float32's by rounding (measured on
+    SmolLM2-135M in bfloat16: mean 0.05, max 0.3 nats a token; see ``docs/real-model.md``).
 
     Raises:
         FileNotFoundError: ``path`` is not a directory with a ``config.json``.
