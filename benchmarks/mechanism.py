@@ -951,10 +951,10 @@ def probe_figures(
 
 
 def longest_first(tasks: Sequence[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
-    """The arm runs of one warm start in the order ``--jobs`` submits them: the generative arm first (its warm-up
-    and value probe made it 2.5-7.5x longer than any other arm of its env on 2026-12-05, ``docs/results.md``),
-    the rest in plan order, so a long run does not start last and leave the other processes idle at the end."""
-    return sorted(tasks, key=lambda t: t[2] != "generative")
+    """The arm runs of one warm start in the order ``--jobs`` submits them: the generative arms first (their
+    warm-up and value probe make them 2.5-7.5x longer than any other arm of their env), the rest in plan order,
+    so a long run does not start last and leave the other processes idle at the end."""
+    return sorted(tasks, key=lambda t: not t[2].startswith("generative"))
 
 
 def exit_with_parent(parent_pid: int, poll_s: float = 2.0) -> threading.Thread:
@@ -1068,7 +1068,7 @@ def summarize(
                 arm_sum["handover_per_seed"] = [
                     {
                         "updates": len(w),
-                        "env_steps": w[-1]["env_steps"] if w else None,
+                        "env_steps": w[-1].get("env_steps") if w else None,
                         "gate": bool(w and w[-1].get("tempo/handover_at_cap") == 0.0),
                         "reading": _finite(w[-1].get("tempo/handover_reading")) if w else None,
                     }

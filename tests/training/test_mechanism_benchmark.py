@@ -135,14 +135,15 @@ def test_every_arm_of_an_env_gets_the_same_model_and_env_but_its_own_critic(tmp_
     cfgs = {
         arm: mech.make_config(env, mech.FULL, 0, arm, tmp_path / arm, tmp_path / "tok") for arm in env.arms
     }
-    assert cfgs["grpo"].algorithm == "grpo"
-    assert {a: c.tempo.critic for a, c in cfgs.items() if a != "grpo"} == {
+    assert cfgs["grpo"].algorithm == "grpo" and cfgs["gigpo"].algorithm == "gigpo"
+    assert {a: c.tempo.critic for a, c in cfgs.items() if a not in ("grpo", "gigpo")} == {
         "oracle": "oracle",
         "oracle_pc": "oracle",
         "oracle_flip10": "oracle",
         "oracle_flip30": "oracle",
         "mc": "monte_carlo",
         "generative": "generative",
+        "generative_critic_only": "generative",
     }
     assert cfgs["oracle_flip30"].tempo.oracle_flip_prob == 0.3
     assert (
@@ -155,7 +156,7 @@ def test_every_arm_of_an_env_gets_the_same_model_and_env_but_its_own_critic(tmp_
     gen = cfgs["generative"].tempo
     assert (gen.critic_weights, gen.warmup_replay, gen.warmup_state_stride) == ("own", True, 1)
     assert gen.warmup_states_per_episode is None and gen.warmup_substeps == mech.FULL.warmup_substeps
-    assert all(c.tempo.critic_weights == "shared" for a, c in cfgs.items() if a != "generative")
+    assert all(c.tempo.critic_weights == "shared" for a, c in cfgs.items() if not a.startswith("generative"))
     # keydoor's critic steps at the actor's step size and reads the whole history
     assert all(c.optim.critic_learning_rate is None for c in cfgs.values())
     assert all(c.sampling.critic_history_turns is None for c in cfgs.values())
@@ -238,14 +239,22 @@ def test_the_default_plan_and_the_order_its_arm_runs_are_submitted_in() -> None:
     1 almost everywhere); ``keydoor`` with the sign only on request. The generative arm, the longest, goes first."""
     assert mech.FULL.envs == ("keydoor_rule", "knights")
     assert mech.ENVS["keydoor_rule"].arms == tuple(mech.ARMS)
-    assert mech.ENVS["knights"].arms == ("grpo", "oracle", "mc", "generative")
+    assert mech.ENVS["knights"].arms == ("grpo", "gigpo", "oracle", "mc", "generative")
     assert "oracle_pc" in mech.ENVS["keydoor"].arms
     tasks = [("knights", 3, a) for a in mech.ENVS["knights"].arms]
     assert mech.longest_first(tasks) == [
         ("knights", 3, "generative"),
         ("knights", 3, "grpo"),
+        ("knights", 3, "gigpo"),
         ("knights", 3, "oracle"),
         ("knights", 3, "mc"),
+    ]
+    rule = [("keydoor_rule", 0, a) for a in ("grpo", "generative_critic_only", "oracle", "generative")]
+    assert [a for _e, _s, a in mech.longest_first(rule)] == [
+        "generative_critic_only",
+        "generative",
+        "grpo",
+        "oracle",
     ]
     assert mech.longest_first([]) == []
 
@@ -450,7 +459,7 @@ def test_from_results_rewrites_the_folder_it_reads(
     pytest.importorskip("matplotlib")
     import shutil
 
-    src = REPO / "benchmarks" / "results" / "mechanism-keydoor-rule" / "results.json"
+    src = REPO / "benchmarks" / "results" / "mechanism" / "results.json"
     default = REPO / "benchmarks" / "results" / "mechanism" / "results.json"
     before = default.stat().st_mtime_ns
     shutil.copy(src, tmp_path / "results.json")
@@ -478,7 +487,11 @@ def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp
             c.sampling.critic_history_turns == 1 and c.optim.learning_rate == mech.FULL.learning_rate == 1e-3
         )
         if arm == "generative":
-            assert c.tempo.warmup_games_per_batch == 16 and c.tempo.warmup_updates == mech.FULL.warmup_updates
+            # the warm-up plays GRPO's batch, capped at the env steps of 4 updates of 16 games
+            assert c.tempo.warmup_games_per_batch == mech.FULL.grpo_games == 2
+            assert (
+                c.tempo.warmup_updates == mech.FULL.warmup_updates * 16 // 2 and c.tempo.warmup_trains_actor
+            )
             assert c.tempo.critic_weights == "own" and c.optim.critic_learning_rate == 3e-3
         else:
             assert c.optim.critic_learning_rate is None
@@ -487,9 +500,12 @@ def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp
     rule = mech.make_config(
         mech.ENVS["keydoor_rule"], mech.FULL, 0, "generative", tmp_path / "g", tmp_path / "tok"
     )
-    assert (
-        rule.sampling.temperature == 1.0 and rule.tempo.warmup_games_per_batch == mech.FULL.warmup_games == 4
+    assert rule.sampling.temperature == 1.0 and rule.tempo.warmup_games_per_batch == mech.FULL.grpo_games
+    ablation = mech.make_config(
+        mech.ENVS["keydoor_rule"], mech.FULL, 0, "generative_critic_only", tmp_path / "a", tmp_path / "tok"
     )
+    assert ablation.tempo.warmup_games_per_batch == mech.FULL.warmup_games == 4
+    assert not ablation.tempo.warmup_trains_actor and ablation.tempo.handover_corr is None
     assert rule.optim.critic_learning_rate == 3e-3 and rule.sampling.critic_history_turns == 1
     assert rule.optim.learning_rate == 1e-3 and rule.warmstart.epochs == 3
     assert rule.warmstart.cooldown == pytest.approx(1 / 3)
