@@ -1,103 +1,68 @@
-"""The long-horizon mechanism benchmark: TEMPO with critics of known quality against GRPO, at equal env steps.
+"""The long-horizon benchmark: TEMPO with critics of known quality, GiGPO and GRPO, at equal env steps.
 
-Question 1 of issue 22: does macro-step TD beat trajectory-level GRPO when the values are good, and how does it
-degrade as the critic worsens? Every arm of one (env, seed) trains the same tiny local model from the same
-supervised warm start (behaviour cloning on noisy walkthroughs, run once per (env, seed): the same starting
-weights for every arm, so arms compare pairwise per seed), on the local backend, until it has used the same
-budget of environment steps (``cost/env_steps``: every action sent to an env by training rollouts, the Monte
-Carlo critic's rollouts and the generative critic's warm-up episodes included; evaluation is not counted).
+Every arm of one (env, seed) trains the same tiny local model from the same supervised warm start (behaviour
+cloning on noisy demonstrations of the env's expert recovering from each slip, run once per (env, seed), so arms
+compare pairwise per seed), on the local backend, until it has used the same budget of environment steps
+(``cost/env_steps``: every action sent to an env by training rollouts, the Monte Carlo critic's rollouts and the
+warm-up's episodes included; evaluation is not counted).
 
-Envs (``ENVS``; the default plan, ``FULL.envs``, runs ``keydoor_rule`` and ``knights``, and ``--envs keydoor``
-the signed corridor):
+Envs (``ENVS``; the default plan, ``FULL.envs``, runs ``keydoor_rule`` and ``knights``):
 
-* ``keydoor``: T = 48 rounds, H = 8 (6 macro-steps), 2 keys of 2 colours. Each key room repeats its sign
-  (``clue_at_key``) so the choice needs no memory, but its consequence shows only later: the first lock is 8
-  rooms after the last key room, and the only reward is 1 at the far exit (the walkthrough takes 42 steps);
-* ``keydoor_rule``: the same corridor, but both locks need the blue key in every game (``lock_colour``), and the
-  shared warm start imitates 256 demonstration games whose locks are drawn apart from their signs
-  (``warmstart.env_kwargs``), so it clones no key preference: a rule the 2-layer model can represent, learnt
-  from reward alone (the signed choice above needs an attention circuit it does not form within the budget, even
-  with the oracle). Evaluated at the sampling temperature (1.0): the policy RL trains (see ``keydoor_rule``).
-  Since 2026-12-06 (tenth stop) its warm start's step size cools down over the last of its 3 epochs
-  (``warmstart.cooldown``), and its generative critic is knights': 3e-3, the last turn only (with the whole
-  history, 2 of 5 seeds ended the warm-up at 0.27 and 0.39 against V_pi; ``docs/results.md``);
+* ``keydoor_rule``: a corridor of T = 48 rounds, H = 8 (6 macro-steps), 2 key rooms of 2 colours; both locks need
+  the blue key in every game, the first lock is 8 rooms after the last key room and the only reward is 1 at the
+  far exit (the walkthrough takes 42 steps). The shared warm start imitates 256 demonstration games whose locks
+  are drawn apart from their signs, so it clones no key preference: a rule learnt from reward alone. Evaluated at
+  the sampling temperature (1.0). Its critic reads the env's critic-only note (``state_note``): whether the keys
+  carried and the key rooms left still fit every lock, and the spare steps (the steps left less the fewest that
+  reach the exit; "unreachable" once they run out);
 * ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, the verdict only when all 3 are
-  placed (``feedback = "final"``). Since 2026-12-05 (sixth stop; ``docs/results.md``): H = 2; every arm's actor
-  samples and is evaluated at 0.5, from a warm start on 512 demo games (at 1.0 the 2-layer actor played
-  knights almost at random, so a state decided little of its return); and the critic reads the env's
-  ``Observation.privileged_state``, the pairs of pieces that conflict now. Since 2026-12-06 (ninth stop) its
-  generative critic steps at 3e-3 (the actor at 1e-3), is shown only the last turn of the history, and warms up
-  on 16 games per update (at 8 games, 1e-3 and the whole history its correlation with V_pi ended the warm-up at
-  0.40 on seed 4: a verdict in the history and warm-ups with few wins, ``docs/results.md``).
+  placed; H = 2; actor and evaluation at 0.5 from a warm start on 512 demo games; the critic reads the pairs of
+  pieces that conflict now (``Observation.privileged_state``);
+* ``keydoor``: the signed corridor (the key to take is shown by a sign), with ``--envs keydoor``.
 
-Every (env, seed) starts from one supervised warm start shared by its arms: noisy demonstrations (noise 0.1) of
-the env's expert *recovering* from each slip (``warmstart.expert = "recovering"``, since 2026-12-04). With the
-reset-state walkthrough, which stops a demo at the first slip it cannot answer, 1,108 of ``keydoor_rule``'s
-1,280 demos (seeds 0-4) never showed a lock opened, and the warm-started actors answered locks with ``go on``
-(``benchmarks/warmstart_demos.py``; ``docs/results.md``).
-
-Arms (``ARMS``; ``keydoor`` and ``keydoor_rule`` run all 7, knights GRPO, the oracle, Monte Carlo and the
-generative critic: its oracle is 1 from almost every state, so a noisy oracle has nothing to degrade):
+Arms (``ARMS``):
 
 * ``grpo``: full episodes, group-centred returns, no critic;
+* ``gigpo``: GRPO's batch plus GiGPO's step advantages within anchor-state groups (``algorithm = "gigpo"``);
 * ``oracle``: TEMPO with the env's exact value V* (``tempo.critic = "oracle"``), prefix correction off;
-* ``oracle_pc``: the same with the clipped prefix correction (the corridors: stored states are restored with
-  prefixes sampled by older policies, which is where the correction changes anything);
-* ``oracle_flip10`` / ``oracle_flip30``: the oracle with each estimate flipped (V -> R_max - V) with
-  probability 0.1 / 0.3;
-* ``mc``: the Monte Carlo critic (VinePPO: the mean return of M = 2 policy rollouts from the restored state,
-  continuing the state's own token prefix since 2026-12-05);
-* ``generative``: TEMPO's own critic (the model prompted for ``<value>``), with its critic warm-up: since
-  2026-12-05 on weights of its own (copied from the warm start), offered every round of 4 warm-up updates of 4
-  games (knights: 16), each update training every earlier one's examples again (:func:`generative_critic_design`;
-  the critic at a step size of its own, 3e-3, and shown the last turn only), then TD.
-  After the warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the critic's own
-  values (the ones TD bootstraps from) on 8 held-out games' states against their single returns and against
-  the policy's values V_pi (8 rollouts each; knights 32 since its seventh stop of 2026-12-05, :func:`probe_rollouts`).
+  ``oracle_pc`` the same with the clipped prefix correction; ``oracle_flip10`` / ``oracle_flip30`` the oracle
+  with each estimate flipped (V -> R_max - V) with probability 0.1 / 0.3;
+* ``mc``: the Monte Carlo critic (the mean return of M = 2 policy rollouts from the restored state);
+* ``generative``: TEMPO's own critic (the model prompted for ``<value>``, weights of its own copied from the warm
+  start, :func:`generative_critic_design`). Its warm-up plays GRPO's batch and trains the actor with GRPO's
+  advantages while the critic fits the episodes' Monte Carlo returns; TD begins when the critic's reading on
+  fresh episodes passes the hand-over gate (``tempo.handover_corr``), at the latest after the env steps of
+  ``Scale.warmup_updates`` updates of ``Scale.warmup_games`` games;
+* ``generative_critic_only``: the ablation, a fixed critic-only warm-up of ``Scale.warmup_updates`` updates of
+  ``Scale.warmup_games`` games while the actor waits.
 
-Reported, per env and arm, over seeds (mean and standard error, SE = sd / sqrt(n)): greedy-ish eval success
-(``sampling.eval_temperature``) at the budget, the success AUC (mean success over 41 evenly spaced env-step
-points from 0 to the budget), the paired difference ``oracle - grpo`` in AUC per seed with its SE and on how many
-seeds it is positive, the tokens processed (``cost/tokens`` = prefill + sampled + trained) each arm needs to
-reach GRPO's final success of the same seed, and the generative critic's value correlation with the Monte Carlo
-targets at the end of its warm-up: over its last warm-up batch (``warmup_value_corr_last``, undefined when every
-episode of that batch was lost) and on the probe's held-out states (``warmup_probe_*``: against single returns,
-against V_pi, and the ceiling corr(V_pi, G) that no critic beats on average). Curves: success against env steps and against tokens processed.
+After a generative arm's warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the
+critic's own values on held-out games' states against their single returns and against the policy's values
+V_pi (M rollouts each, :func:`probe_rollouts`).
+
+Reported, per env and arm, over seeds (mean and standard error, SE = sd / sqrt(n)): eval success at the budget,
+the success AUC (mean success over 41 evenly spaced env-step points from 0 to the budget), each arm's paired AUC
+difference against GRPO per seed (mean, SE, seeds positive, the lowest), the tokens processed (``cost/tokens`` =
+prefill + sampled + trained) each arm needs to reach GRPO's final success of the same seed, where the generative
+arms handed over to TD, and the generative critic's value correlation at the end of its warm-up. Curves: success
+against env steps and against tokens processed.
 
 Every (env, seed) warm start and every (env, seed, arm) run is cached in ``--work`` (default
 ``runs/mechanism-work``, git-ignored) as soon as it finishes, keyed by its whole validated config and a digest of
 the code (:func:`config_key`, :func:`code_fingerprint`): an interrupted run resumes where it stopped, ``--seeds``
-/ ``--arms`` add to what is there, and a changed config or code never reuses an old run. (Until 2026-12-03 the
-key held a hand-picked list of fields, and the committed ``keydoor_rule`` results of 2026-12-02 came from cached
-runs whose evaluations charged an invalid-action penalty the code did not set: their warm-start returns are
-negative. They were rerun.) Each arm run also saves its final policy (``final_state`` in its record).
-``--jobs N`` runs the warm starts and the arm runs in N processes, each (env, seed)'s arms as soon as its
-warm start is done, its generative arm first (:func:`longest_first`). The one JSON line (stdout) also carries the estimated time of the whole full plan at 2 processes, extrapolated from
-the arm-seeds measured so far (``estimate_full_plan``; see :func:`estimate`; with ``--quick``: of the quick
-plan, at ``--jobs``).
+/ ``--arms`` add to what is there, and a changed config or code never reuses an old run. ``--jobs N`` runs the
+warm starts and the arm runs in N processes, each (env, seed)'s arms as soon as its warm start is done, the
+generative arms first (:func:`longest_first`). The one JSON line (stdout) also carries the estimated time of the
+whole plan at ``--jobs`` processes, extrapolated from the arm-seeds measured so far (:func:`estimate`).
 
-Time (measured 2026-12-02, seed 0 at full size, CPU seconds of one process with one torch thread): keydoor warm
-start 67 s, GRPO 95 s, oracle 113 s, Monte Carlo 95 s, generative 157 s; knights warm start 10 s, GRPO 101 s,
-oracle 160 s, Monte Carlo 89 s. The full plan of then (5 seeds x (7 keydoor + 6 knights arms) + 10 warm starts)
-extrapolated to about 8,100 CPU seconds (the unmeasured arms at their env's measured mean, knights' generative
-arm at 1.5x): about 68 minutes with ``--jobs 2`` on an otherwise idle 2-core machine (the same runs took 1-9x
-longer in wall time on the shared development machine, loaded by other jobs). ``keydoor_rule`` (third stop of
-2026-12-02, ``--jobs 2``): its 5 warm starts of 256 demo games took 117-130 s each; its GRPO and oracle arms on 5
-seeds 453 s of wall time at 4,608 env steps and 895 s at 9,216, its Monte Carlo arm 223 s at 4,608; with its
-6 arms the full plan grows by about half. With 32 evaluation games (2026-12-03) the 5 warm starts and the GRPO
-and oracle arms of 5 seeds took 13.6 minutes of wall time at 4,608 env steps (``--jobs 2``, idle machine).
-With the recovering warm starts (2026-12-04) each ``keydoor_rule`` warm start takes about 350 s (demos three
-times longer); its 6 arms on seeds 0-4 took 47.5 minutes of wall time with ``--jobs 2``, warm starts included,
-and GRPO and oracle on seeds 5-9 27 minutes. Since the generative arm's critic has weights of its own and a
-warm-up of every round (2026-12-05) that arm takes 8-10 minutes a seed, 2-3 of them its value probe, and the 6
-arms on seeds 0-4 took 63.8 minutes in one invocation with ``--jobs 2``, warm starts included; knights' 6 arms
-about an hour (beside other jobs). The default plan of 2026-12-05 (``keydoor_rule``'s 7 arms, knights' 4, seeds
-0-4; ``python benchmarks/mechanism.py --jobs 2``, uncached, idle machine) took 5,369 s (89.5 minutes), and
-5,408 s (90.1 minutes) when run again on its fourth stop.
+Time (CPU seconds of one process with one torch thread, seed 0 at full size): a ``keydoor_rule`` warm start
+about 350 s, its GRPO and oracle arms about 100 s, its generative arms 400-500 s (2-3 minutes of it the value
+probe).
 
 Usage::
 
     python benchmarks/mechanism.py --jobs 2                      # the full run (5 seeds), resumable
+    python benchmarks/mechanism.py --envs keydoor_rule --arms grpo gigpo generative --jobs 2
     python benchmarks/mechanism.py --quick --out /tmp/mech-quick  # CI smoke run (tiny)
     python benchmarks/mechanism.py --from-results benchmarks/results/mechanism/results.json
 """
@@ -178,9 +143,8 @@ class Scale:
     max_tokens: int
     max_trajectory_tokens: int
     # the generative critic's prompt budget (sampling.critic_max_prompt_tokens): the quick scale's 400-token
-    # vocabulary writes even a prompt with every turn omitted in about 805 tokens. 832 since 2026-12-06
-    # (eleventh stop): keydoor_rule's prompts with its lock note reach 769 tokens (736 without; 779 since the
-    # twelfth stop's note counts the spare steps), knights' 528
+    # vocabulary writes even a prompt with every turn omitted in about 805 tokens; keydoor_rule's prompts with
+    # its lock note reach 779 tokens, knights' 528
     critic_max_prompt_tokens: int = 832
     # the generative arm's warm-up: optimiser steps per update (tempo.warmup_substeps) and its critic states
     # every ``warmup_state_stride`` rounds (tempo.warmup_state_stride)
@@ -208,8 +172,7 @@ ARMS: dict[str, dict[str, Any]] = {
 _ALL = tuple(ARMS)
 _NO_PC = tuple(a for a in ARMS if a != "oracle_pc")
 #: knights' arms: its oracle is 1 from almost every state (16 steps leave room to remove and re-place pieces), so
-#: the oracle arm measured no signal over GRPO (+0.036 +- 0.040 AUC, 2026-12-05, at H = 4 with the actor at 1.0)
-#: and a noisy oracle has nothing to degrade; the flipped arms stay available with ``--arms``
+#: a noisy oracle has nothing to degrade; the flipped arms stay available with ``--arms``
 _KNIGHTS_ARMS = ("grpo", "gigpo", "oracle", "mc", "generative")
 
 ENVS: dict[str, EnvSetting] = {
@@ -220,9 +183,9 @@ ENVS: dict[str, EnvSetting] = {
         8,
         _ALL,
     ),
-    # knights (2026-12-05, sixth stop; docs/results.md): an actor at 0.5 taught by 512 demo games, so that a state
-    # decides more of its return, macro-steps of 2 rounds; its generative critic (2026-12-06, ninth stop) at a
-    # step size of its own, 3e-3, shown the last turn only, warmed up on 16 games per update
+    # knights: an actor at 0.5 taught by 512 demo games, so that a state decides more of its return, macro-steps
+    # of 2 rounds; its generative critic at a step size of its own, 3e-3, shown the last turn only, warmed up on
+    # 16 games per update
     "knights": EnvSetting(
         "knights",
         {"size": 5, "preplaced": 2, "place": 3, "max_steps": 16, "feedback": "final"},
@@ -262,7 +225,7 @@ def probe_rollouts(env: EnvSetting, scale: Scale) -> int:
     """M, the rollouts per state from which the value probe reads V_pi: the env's ``probe_rollouts``, else the
     scale's. An M-rollout mean carries binomial noise ``V_pi (1 - V_pi) / M`` that reads every correlation with
     it low (:func:`value_probe`); where the states' values are small probabilities (knights) that noise was 9-24%
-    of V_pi's variance at M = 8, enough to hold a perfect critic near the 0.7 bar (``docs/results.md``)."""
+    of V_pi's variance at M = 8, enough to hold a perfect critic's correlation near 0.7."""
     return scale.probe_rollouts if env.probe_rollouts is None else env.probe_rollouts
 
 
@@ -271,33 +234,20 @@ def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSe
     game (the signs show it), and the shared warm start imitates demonstrations whose locks are drawn apart from
     their signs (random key choices): a rule the 2-layer model can represent (a preference, no attention
     circuit), learnt from reward alone. Evaluated at the sampling temperature, 1.0: the success of the policy
-    RL trains. A near-greedy evaluation measures another policy: at 0.3 (measured 2026-12-03, seed 3, 32 games)
-    the oracle arm learnt the blue key (0 of 64 key choices blue at the warm start, 64 of 64 after 4,608 env
-    steps) while success stayed 0, because the trained policy's argmax at a lock became ``go on`` (``"The door
-    is locked."``, 25 wasted steps a game), a choice V* does not price until the spare steps run out; at 1.0 the
-    same policy succeeded in 9% of games (warm start 0%).
+    RL trains: a near-greedy evaluation measures another policy (its argmax at a lock can be ``go on``, a choice
+    V* does not price until the spare steps run out).
 
-    Its warm start imitates ``demo_episodes`` = 256 distinct demo games, not the scale's 96 (measured on seeds
-    0-4, 2026-12-02, third stop; ``docs/results.md``): the steps wasted on inadmissible actions per evaluation
-    episode at temperature 0.3 were 2.4 / 9.9 / 18.3 / 0.0 / 28.4 with 96 games and 10.4 / 0.8 / 0.5 / 0.9 / 5.1
-    with 256 (the walk has 6 spare steps; those runs were not reproduced by the code since, see
-    ``docs/results.md``). Reward stays only at the exit: no invalid-action penalty.
+    Its warm start imitates ``demo_episodes`` = 256 distinct demo games (with the scale's 96 the warm-started
+    actor wasted up to 28 steps an episode on inadmissible actions; the walk has 6 spare steps), and cools its
+    step size down over its last epoch (the demos leave the key colour undecided, so without the cool-down the
+    preference ends where the last Adam steps leave it). Reward stays only at the exit: no invalid-action
+    penalty. Its generative critic steps at 3e-3 and reads the last turn only, as knights' does.
 
-    Since 2026-12-06 (tenth stop): the warm start cools its step size down over its last epoch. At a constant
-    3e-3, 2 of 5 warm starts on one machine took the right (blue) key in only 26-31% of key choices, the others
-    53-59%: the demos leave the colour undecided, so it ends where the last Adam steps left it. Cooled, those
-    two took 36% and 55%. Its generative critic steps at 3e-3 and reads the last turn, as knights' does: at the
-    actor's 1e-3 with the whole history it scored -0.03 to 0.38 against V_pi on 3 of 3 seeds measured on that
-    machine, and at 3e-3 with the whole history 0.27 and 0.39 on 2 of 5 (``docs/results.md``).
-
-    Since 2026-12-06 (eleventh stop) the env gives the critic its lock note (``state_note``: whether the keys
-    carried and the key rooms left still fit every lock; the actor never reads it): without it the critic
-    valued the states after a wrong first key at 0.33 on seed 0 (worth 0), and scored 0.425 and 0.404 against
-    V_pi on seeds 0 and 4; with it 0.801 and 0.669, the others 0.989 / 0.991 / 0.845. Since the twelfth stop
-    the note also counts the spare steps (the steps left less the fewest that reach the exit; "unreachable" once
-    they run out): with the old note seed 4's critic valued the states holding the right keys at 0.35-0.57
-    whatever the steps to spare (V_pi, averaged by room, 0 to 0.71), and scored 0.669; with the spare steps
-    the five seeds score 0.863 / 0.983 / 0.989 / 0.826 / 0.807."""
+    The env gives the critic its note (``state_note``; the actor never reads it): whether the keys carried and
+    the key rooms left still fit every lock, and the spare steps (the steps left less the fewest that reach the
+    exit; "unreachable" once they run out). It states relations the critic's input implies but the 2-layer
+    critic does not learn to compute from a few dozen warm-up episodes.
+    """
     return replace(
         setting,
         kwargs={**setting.kwargs, "lock_colour": "blue", "state_note": True},
@@ -825,17 +775,13 @@ def value_probe(
     * ``V_hat(s)``: the generative critic's value, the one TD bootstraps from
       (:func:`~tempo_rl.critic.endpoint_value`): its exact expectation over the answer grid with
       ``sampling.critic_answer = "expected"`` (the generative arm's), else the mean of its K parsed samples.
-      Until 2026-12-05 (fourth stop) the probe read the mean of the K = 4 draws from that grid, a value in
-      steps of 1/4 whose draw noise the critic's TD never sees: on seed 0 of ``keydoor_rule`` that read
-      ``corr(V_hat, G)`` as 0.66 and ``corr(V_hat, V_pi)`` as 0.83, where the critic's own values score 0.80
-      and 0.93 on the same states (``docs/results.md``);
+      (Not the mean of K draws from that grid: their draw noise, which TD never sees, reads every correlation
+      low.)
     * ``V_pi(s)``: the policy's value, the mean return of ``rollouts`` = M rollouts from the restored state
       (:class:`~tempo_rl.critic.MonteCarloCritic`, VinePPO's estimator), played by ``policy`` (a sampling
       client; default the trainer's, the one that plays the episodes). The rollouts continue the state's own
-      token prefix (the query's ``actor_start``), so ``E[G | s] = V_pi(s)``. Until 2026-12-05 they restarted the
-      policy from a fresh prompt at the state's observation, which on ``keydoor_rule`` won less than the
-      episodes (mean V_pi below the mean return on all 5 seeds): that V_pi was biased low, and its "ceiling"
-      no bound (seed 1's critic scored 0.89 against single returns where it read 0.67).
+      token prefix (the query's ``actor_start``), so ``E[G | s] = V_pi(s)`` (a rollout restarted from a fresh
+      prompt at the state's observation would play another policy and bias V_pi).
 
     Returns the correlations ``corr(V_hat, G)`` (the warm-up's own measure), ``corr(V_hat, V_pi)`` and the
     ceiling ``corr(V_pi, G)``, plus the means, the state count and the rollouts' env steps. Why a ceiling: a
@@ -1042,8 +988,7 @@ def summarize(
                 "tokens_to_grpo_final": mean_se(reach)[0],
                 "seeds_reaching_grpo_final": sum(1 for r in reach if r is not None),
                 "tokens_at_budget": mean_se([per_seed[s]["tokens"] for s in seeds])[0],
-                # unreadable or inadmissible actions per episode at the last evaluation (records made before
-                # 2026-12-02's third stop have no ``evals``: None)
+                # unreadable or inadmissible actions per episode at the last evaluation (None: not recorded)
                 "invalid_actions_final_per_seed": [
                     _finite(ev[-1].get("eval/invalid_actions_mean"))
                     if (ev := per_seed[s].get("evals"))
