@@ -176,8 +176,7 @@ class SamplingConfig(_Model):
             "show the generative critic only the last this many (action, observation) turns of the "
             "interaction, besides the initial observation (None: all; 1: the last action and the current "
             "observation). For an env whose current observation and privileged state describe the state, older "
-            "turns only cost prefill and offer the critic features that do not decide the value "
-            "(docs/results.md, knights)"
+            "turns only cost prefill and offer the critic features that do not decide the value"
         ),
     )
     critic_answer_prefix: str = Field(
@@ -250,8 +249,7 @@ class TempoConfig(_Model):
             "generative critic: 'shared' (TEMPO as published: one model answers as actor and as critic, and "
             "every optimiser step trains both) or 'own' (the critic is a second copy of the model, initialised "
             "from the warm-started weights: critic Datums step only its weights and actor Datums only the "
-            "actor's, so the critic's steps cannot move the policy; measured in docs/results.md, 'What is "
-            "open'). 'own' needs the local backend"
+            "actor's, so the critic's steps cannot move the policy). 'own' needs the local backend"
         ),
     )
     oracle_flip_prob: float = Field(
@@ -438,8 +436,7 @@ class OptimConfig(_Model):
         description=(
             "Adam's step size for the generative critic's own weights (tempo.critic_weights = 'own'): its "
             "Datums carry a log-loss on one answer token, not the actor's policy gradient, so the two need not "
-            "share a step size; None = learning_rate. Measured on the benchmark's knights (docs/results.md, "
-            "ninth stop)"
+            "share a step size; None = learning_rate"
         ),
     )
     beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
@@ -530,8 +527,7 @@ class WarmStartConfig(_Model):
             "share of the warm start's optimiser steps, at the end, over which the step size falls linearly "
             "from learning_rate towards 0 (tempo_rl.training.warmstart.cooldown_learning_rate); 0: constant. "
             "A choice the demos leave undecided (KeyDoor's key colour under independent locks) otherwise ends "
-            "where the last Adam steps pushed it: 26-31% right keys on 2 of 5 seeds, 53-59% on the others; "
-            "cooling the last third balanced one of the two (docs/results.md)"
+            "where the last Adam steps pushed it"
         ),
     )
     balance_actions: bool = Field(
