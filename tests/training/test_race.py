@@ -39,7 +39,13 @@ def test_a_short_race_writes_its_summary_and_plot(tmp_path: Path) -> None:
     from tempo_rl.cli import main
 
     run_dir = tmp_path / "race"
-    overrides = [
+    overrides = [  # the built-in race, cut down: a 12-round corridor, a 1-layer model, a few demos
+        "env.kwargs={horizon=12, keys=1, colours=2, clue_gap=0, lock_gap=0, lock_colour='blue', state_note=true}",
+        "tempo.max_rounds=12",
+        "tempo.macro_rounds=4",
+        "tempo.warmup_substeps=2",
+        "sampling.max_trajectory_tokens=2048",
+        "backend.max_positions=4096",
         "backend.hidden_size=32",
         "backend.num_layers=1",
         "backend.num_heads=2",

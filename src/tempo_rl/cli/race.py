@@ -2,7 +2,7 @@
 
 Examples::
 
-    tempo-rl race --run-dir runs/race                           # the built-in long-horizon job, offline
+    tempo-rl race --run-dir runs/race                           # the built-in long-horizon race, offline
     tempo-rl race --config my.toml --budget-env-steps 20000     # any config (its algorithm is ignored)
 
 Both algorithms start from the same supervised warm start and train until each has used the same env steps,
@@ -65,8 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Run ``tempo-rl race``; 0 done, 2 a bad input (nothing written)."""
     from tempo_rl.training.config import load_config
-    from tempo_rl.training.race import race
-    from tempo_rl.training.run import DEFAULT_CONFIG
+    from tempo_rl.training.race import RACE_CONFIG, race
 
     import_user_modules("race", getattr(args, "imports", []))
     checks.whole("--budget-env-steps", args.budget_env_steps, at_least=1)
@@ -77,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--run-dir {run_dir} is not empty; a race starts in a new folder: choose another")
     if args.config is not None:
         checks.existing_file("--config", args.config, what="a TOML config")
-    config = load_config(args.config if args.config is not None else DEFAULT_CONFIG, args.overrides)
+    config = load_config(args.config if args.config is not None else RACE_CONFIG, args.overrides)
     say = (lambda _line: None) if args.quiet else (lambda line: print(line, flush=True))
     race(config, run_dir, budget_env_steps=args.budget_env_steps, marks=args.marks, jobs=args.jobs, say=say)
     return 0

@@ -31,7 +31,10 @@ from typing import Any
 
 from tempo_rl.training.config import TrainConfig
 
-__all__ = ["RACE_ALGORITHMS", "race", "race_marks", "race_table", "verdict"]
+__all__ = ["RACE_ALGORITHMS", "RACE_CONFIG", "race", "race_marks", "race_table", "verdict"]
+
+#: The built-in race's config: the long-horizon KeyDoor corridor on the local backend (``tempo-rl race``).
+RACE_CONFIG = Path(__file__).with_name("race_job.toml")
 
 #: The algorithms a race trains, in the order it reports them.
 RACE_ALGORITHMS = ("tempo", "grpo")
