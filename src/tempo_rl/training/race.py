@@ -73,12 +73,20 @@ def _close(trainer: Any) -> None:
     trainer.close()
 
 
+#: The warm start's demonstrations are played on the training games this far past ``env.train_seed_start``,
+#: so that the games RL trains on were never demonstrated.
+DEMO_SEED_OFFSET = 500_000
+
+
 def warm_start_state(config: TrainConfig, ws_dir: Path) -> tuple[str, float, int]:
     """The warm start of ``config`` in ``ws_dir``: ``(backend state path, eval success, eval tokens)``; without
-    ``warmstart.enabled`` the initial weights' state."""
+    ``warmstart.enabled`` the initial weights' state. Its demos are games ``env.train_seed_start +``
+    :data:`DEMO_SEED_OFFSET` onward."""
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import warm_start
 
+    env = config.env.model_copy(update={"train_seed_start": config.env.train_seed_start + DEMO_SEED_OFFSET})
+    config = config.model_copy(update={"env": env})
     ws_dir.mkdir(parents=True, exist_ok=True)
     trainer = build_trainer(config, ws_dir)
     try:
