@@ -177,7 +177,8 @@ def warmup_curve(
     tok_dir = mechanism.build_env_tokenizer(env, scale, work)
     warm = mechanism.warm_start_task(env, scale, seed, work, tok_dir)
     run_dir = work / f"{env.name}-seed{seed}-critic-warmup-{updates}x{games}x{states}-{design.label()}"
-    cfg = mechanism.make_config(env, scale, seed, "generative", run_dir, tok_dir)
+    # the critic-only warm-up of a fixed length: the actor waits, no hand-over gate
+    cfg = mechanism.make_config(env, scale, seed, "generative_critic_only", run_dir, tok_dir)
     tempo = cfg.tempo.model_copy(
         update={
             "warmup_updates": updates,

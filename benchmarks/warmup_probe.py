@@ -104,14 +104,15 @@ def arm_config(
     temperature: float | None = None,
     warmup_updates: int | None = None,
 ) -> Any:
-    """The benchmark's generative arm config (:func:`mechanism.make_config`), the actor sampling at
-    ``temperature`` and the critic warmed up for ``warmup_updates`` updates where given; validated again, so a
-    bad value fails with the config's own error (:class:`~tempo_rl.training.config.ConfigError`)."""
+    """The benchmark's generative arm with the critic-only warm-up of a fixed length
+    (``generative_critic_only``, :func:`mechanism.make_config`), the actor sampling at ``temperature`` and the
+    critic warmed up for ``warmup_updates`` updates where given; validated again, so a bad value fails with the
+    config's own error (:class:`~tempo_rl.training.config.ConfigError`)."""
     import mechanism
 
     from tempo_rl.training.config import validate_config
 
-    cfg = mechanism.make_config(env, scale, seed, "generative", run_dir, tok_dir)
+    cfg = mechanism.make_config(env, scale, seed, "generative_critic_only", run_dir, tok_dir)
     data = cfg.model_dump()
     if temperature is not None:
         data["sampling"]["temperature"] = temperature

@@ -38,8 +38,13 @@ def _sampled(datum) -> np.ndarray:
     return np.asarray(datum.loss_fn_inputs["logprobs"]) != 0  # context tokens carry logprob 0
 
 
+CRITIC_ONLY = "tempo.warmup_trains_actor=false"  # the warm-up whose actor waits: the anchor alone trains it
+
+
 def test_warmup_trains_every_episode_by_the_anchor_alone() -> None:
-    trainer, training, trajectories = _setup("tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1")
+    trainer, training, trajectories = _setup(
+        "tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1", CRITIC_ONLY
+    )
     metrics = asyncio.run(trainer.warmup_update(0))
     actor = _sent(training, "actor")
     assert len(actor) == len(trajectories) == 8  # 2 games x 4 branches, one sequence each
@@ -57,7 +62,7 @@ def test_warmup_trains_every_episode_by_the_anchor_alone() -> None:
 
 def test_no_anchor_datum_while_the_policy_equals_its_reference() -> None:
     trainer, training, _ = _setup(
-        "tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1", reference=False
+        "tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1", CRITIC_ONLY, reference=False
     )
     metrics = asyncio.run(trainer.warmup_update(0))
     assert _sent(training, "actor") == []  # k_t = 0 on every token and A = 0: nothing to send
@@ -65,7 +70,7 @@ def test_no_anchor_datum_while_the_policy_equals_its_reference() -> None:
 
 
 def test_warmup_without_the_anchor_stays_critic_only() -> None:
-    trainer, training, _ = _setup("tempo.warmup_updates=1", "tempo.td_updates=0")
+    trainer, training, _ = _setup("tempo.warmup_updates=1", "tempo.td_updates=0", CRITIC_ONLY)
     metrics = asyncio.run(trainer.warmup_update(0))
     assert _sent(training, "actor") == [] and "kl/ref_k1_mean" not in metrics
     assert not [c for c in training.calls if c[0] == "save_state"]
@@ -136,8 +141,24 @@ class _FlakyReference(ScriptedSampler):
         return super().compute_logprobs(tokens)
 
 
-def test_a_failing_reference_call_drops_that_sequence_only_and_is_counted() -> None:
+def test_the_warmups_grpo_advantages_carry_the_anchor() -> None:
+    """A warm-up that trains the actor: each sampled token gets its group's A_n - beta * k (k = 1 nat here)."""
     trainer, training, trajectories = _setup("tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1")
+    asyncio.run(trainer.warmup_update(0))
+    actor = _sent(training, "actor")
+    assert len(actor) == len(trajectories) == 8
+    for game in range(2):
+        group = trajectories[game * 4 : (game + 1) * 4]
+        mean = np.mean([r["return"] for r in group])
+        for d, r in zip(actor[game * 4 : (game + 1) * 4], group):
+            adv, sampled = np.asarray(d.loss_fn_inputs["advantages"]), _sampled(d)
+            assert np.allclose(adv[sampled], r["return"] - mean - 0.1)
+
+
+def test_a_failing_reference_call_drops_that_sequence_only_and_is_counted() -> None:
+    trainer, training, trajectories = _setup(
+        "tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1", CRITIC_ONLY
+    )
     training.reference = _FlakyReference(training.reference.tokenizer)
     metrics = asyncio.run(trainer.warmup_update(0))  # the update completes
     actor = _sent(training, "actor")
@@ -150,7 +171,9 @@ def test_a_failing_reference_call_drops_that_sequence_only_and_is_counted() -> N
     assert metrics["kl/anchored_tokens"] == sum(int(_sampled(d).sum()) for d in actor)
     assert metrics["kl/ref_k1_mean"] == pytest.approx(1.0)
     # the two kept sequences are trained exactly as with a healthy reference (its 2nd and 6th sequences)
-    healthy, healthy_training, _ = _setup("tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1")
+    healthy, healthy_training, _ = _setup(
+        "tempo.warmup_updates=1", "tempo.td_updates=0", "kl.coef=0.1", CRITIC_ONLY
+    )
     healthy_metrics = asyncio.run(healthy.warmup_update(0))
     assert healthy_metrics["kl/reference_failures"] == 0
     expected = [_sent(healthy_training, "actor")[i] for i in (1, 5)]

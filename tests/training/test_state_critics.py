@@ -312,11 +312,13 @@ def test_build_trainer_runs_tempo_with_the_oracle_on_the_local_backend(tmp_path)
 
 
 def test_a_warm_up_without_critic_datums_trains_nothing_not_even_the_kl_anchor() -> None:
-    """The oracle is not trained, so a warm-up update has no critic Datum, and until a step moves the actor pi
+    """The oracle is not trained, so a critic-only warm-up update has no critic Datum, and until a step moves the actor pi
     is pi_ref: the KL anchor adds no Datum either and no optimiser step runs, even when reading the reference
     back rounds in the last digits (measured before the fix: the anchor-only Datums carried that rounding,
     k1 ~ -5e-9, which Adam scaled into full steps: valid tool calls 0.98 -> 0.23 on the main job's warm-up)."""
-    trainer, _, logged = _oracle_trainer("tempo.warmup_updates=2", "tempo.td_updates=0", "kl.coef=0.1")
+    trainer, _, logged = _oracle_trainer(
+        "tempo.warmup_updates=2", "tempo.td_updates=0", "kl.coef=0.1", "tempo.warmup_trains_actor=false"
+    )
     reference = trainer.reference_sampler()
 
     class Rounded:  # the same weights, read back with float rounding in the last digits

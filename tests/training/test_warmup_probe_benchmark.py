@@ -56,7 +56,7 @@ def test_env_setting_overrides_only_what_it_is_given() -> None:
 
 def test_the_arm_config_changes_only_the_temperature_and_the_warm_up_length(tmp_path: Path) -> None:
     env, scale = mech.ENVS["knights"], mech.FULL
-    arm = mech.make_config(env, scale, 3, "generative", tmp_path / "run", tmp_path / "tok")
+    arm = mech.make_config(env, scale, 3, "generative_critic_only", tmp_path / "run", tmp_path / "tok")
     assert probe.arm_config(env, scale, 3, tmp_path / "run", tmp_path / "tok") == arm
     cool = probe.arm_config(env, scale, 3, tmp_path / "run", tmp_path / "tok", 0.25)
     assert cool.sampling.temperature == 0.25 and arm.sampling.temperature == env.temperature == 0.5
