@@ -17,18 +17,19 @@ Model: SmolLM2-135M-Instruct from the model cache (``tempo-rl model fetch smollm
 2. **Bandwidth** (``copy_bandwidth_bytes_per_s``): the best of 5 copies of a 256 MiB float32 tensor with the
    benchmark's torch threads, counted STREAM-style (bytes read + bytes written over the time).
 3. **Throughput** of the model in ``float32`` and ``bfloat16`` (``{dtype}_*``), LoRA rank 8 as in the job:
-   ``decode_tokens_per_s_b{B}``: tokens per second of the decode loop alone (a call of M tokens minus a call
-   of 1 token, both on the same prompt with the prefix cache off, B completions of one prompt); ``sampled_*``:
-   tokens per second of the whole call (prefill included); ``trained_tokens_per_s_b{B}``: ``forward_backward``
+   ``decode_tokens_per_s_b{B}``: tokens per second of the decode loop alone (a call of M = 32 tokens minus a
+   call of 1 token, B completions of one 300-token prompt whose KV the prefix cache holds, as in a rollout's
+   later calls: the samples decode in place in a growing KV buffer); ``sampled_*``: tokens per second of the
+   whole call; ``trained_tokens_per_s_b{B}``: ``forward_backward``
    + ``optim_step`` over B datums of 256 tokens. B is 1 and the trainer's batch, ``N * K = 8`` (the job's
    largest sampling batch: K critic samples on each of N branches). The bound of decoding at batch B is
    ``B * bandwidth / weight_bytes`` tokens/s (every decode step reads every weight once); ``*_of_bound`` is
    the measured rate over it (target at the trainer's batch: >= 0.5).
 4. **Profile** (``profile_decode_top``): ``torch.profiler`` of decoding at the trainer's batch in float32, the
-   five operators with the most self time, as percentages of the profiled time.
+   eight (operator, input shapes) pairs with the most self time, as percentages of the profiled time.
 
-Usage: ``python benchmarks/real_model.py [--quick] [--no-job] [--model-path DIR] [--device cpu|cuda]``
-(``--quick``: a shorter job and shorter timings, same keys).
+Usage: ``python benchmarks/real_model.py [--quick] [--no-job] [--model-path DIR] [--device cpu|cuda]
+[--dtypes float32,bfloat16]`` (``--quick``: a shorter job and shorter timings, same keys).
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ def load(model: Path, dtype: str, device: str, threads: int) -> Any:
         lora_rank=LORA_RANK,
         device=device,
         num_threads=threads if device == "cpu" else None,
-        prefix_cache_bytes=0,
+        prefix_cache_bytes=PREFIX_CACHE_BUDGET,  # the job's: decoding in place in a growing KV buffer
         state_dir=tempfile.mkdtemp(prefix="tempo-real-model-"),
     )
     training, _ = create_local_clients(cfg)
@@ -297,13 +298,15 @@ def decode_rates(training: Any, prompt: list[int], batch: int, tokens: int, sync
 
     sampler = training.save_weights_and_get_sampling_client()
 
-    def call(n: int) -> Callable[[], Any]:
-        params = SamplingParams(max_tokens=n, temperature=1.0, seed=0, stop=())
+    def call(n: int, seed: int) -> Callable[[], Any]:
+        params = SamplingParams(max_tokens=n, temperature=1.0, seed=seed, stop=())
         return lambda: sampler.sample(prompt, batch, params)
 
-    call(2)()  # warm-up
-    one = min(timed(call(1), sync) for _ in range(2))
-    full = timed(call(tokens), sync)
+    call(
+        2, 0
+    )()  # warm-up: the prompt's KV is in the prefix cache from here on, as in a rollout's later calls
+    one = min(timed(call(1, seed), sync) for seed in (1, 2))
+    full = timed(call(tokens, 3), sync)
     return batch * (tokens - 1) / max(full - one, 1e-9), batch * tokens / full
 
 
@@ -369,15 +372,20 @@ def profile_decode(training: Any, prompt: list[int], batch: int, tokens: int) ->
 
     sampler = training.save_weights_and_get_sampling_client()
     params = SamplingParams(max_tokens=tokens, temperature=1.0, seed=0, stop=())
-    sampler.sample(prompt, batch, params)
+    sampler.sample(prompt, batch, params)  # the prompt's KV into the prefix cache
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    with profile(activities=acts) as prof:
+    with profile(activities=acts, record_shapes=True) as prof:
         sampler.sample(prompt, batch, params)
-    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    events = [e for e in prof.key_averages(group_by_input_shape=True) if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events) or 1
-    top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:5]
+    top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
     return [
-        {"op": e.key, "self_pct": round(100 * e.self_cpu_time_total / total, 1), "calls": e.count}
+        {
+            "op": e.key,
+            "shapes": str(e.input_shapes)[:80],
+            "self_pct": round(100 * e.self_cpu_time_total / total, 1),
+            "calls": e.count,
+        }
         for e in top
     ]
 
@@ -388,6 +396,9 @@ def main() -> None:
     ap.add_argument("--no-job", action="store_true", help="skip the ALFWorld job (throughput only)")
     ap.add_argument("--model-path", default=None, help="a checkpoint directory (default: the cached smollm2)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    ap.add_argument(
+        "--dtypes", default="float32,bfloat16", help="comma-separated weight dtypes of the throughput figures"
+    )
     args = ap.parse_args()
 
     import torch
@@ -423,7 +434,10 @@ def main() -> None:
     out["copy_bandwidth_bytes_per_s"] = round(bandwidth)
     tokens = 8 if q else 32
     train_len = 64 if q else 256
-    for dtype in ("float32", "bfloat16"):
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    if "float32" not in dtypes:
+        dtypes.insert(0, "float32")  # the memory target and the profile are float32's
+    for dtype in dtypes:
         gc.collect()
         training = load(model, dtype, device, threads)
         weights = weight_bytes_of(training.model)
