@@ -8,8 +8,11 @@ version after the trainer has stepped.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,34 @@ def _rss_bytes() -> int:
     """The process's resident memory now (Linux ``/proc/self/statm``)."""
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the system (glibc), so that the next allocations show in the RSS."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class _RssPeak:
+    """The most resident memory seen while the ``with`` block runs (polled every millisecond)."""
+
+    def __init__(self) -> None:
+        self.bytes = _rss_bytes()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._done.wait(0.001):
+            self.bytes = max(self.bytes, _rss_bytes())
+
+    def __enter__(self) -> _RssPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.bytes = max(self.bytes, _rss_bytes())
 
 
 def _training(tokenizer: Any, tmp_path: Path, *, lora: int, hidden: int = 32, layers: int = 1) -> Any:
@@ -154,3 +185,42 @@ def test_load_state_leaves_live_samplers_on_their_version(tokenizer: Any, tmp_pa
     if lora:  # the base weights loaded are the same values: still one shared copy
         base = _base_params(training.model)
         assert all(p.data_ptr() == base[k].data_ptr() for k, p in _base_params(later.model).items())
+
+
+@pytest.mark.parametrize("lora", [0, 4])
+def test_activation_checkpointing_gives_the_same_gradient_with_less_memory(
+    tokenizer: Any, tmp_path: Path, lora: int
+) -> None:
+    import numpy as np
+    import torch
+
+    from tempo_rl.backends.local import LocalTrainingClient, apply_lora, build_tiny_model
+
+    rng = np.random.default_rng(0)
+    toks = rng.integers(3, len(tokenizer), size=800).tolist()
+    datum = completion_datum(toks[:700], toks[700:], [-1.0] * 100, 1.0, vocab_size=len(tokenizer))
+    grads, grown = {}, {}
+    for on in (False, True):
+        model = build_tiny_model(len(tokenizer), hidden_size=128, num_layers=16, num_heads=4, seed=0)
+        torch.manual_seed(0)  # the adapter's initialisation
+        model = apply_lora(model, lora) if lora else model
+        training = LocalTrainingClient(model, tokenizer, state_dir=tmp_path, activation_checkpointing=on)
+        assert len(training.checkpointed_layers) == (16 if on else 0)
+        training.forward_backward([datum], "importance_sampling")  # warm-up: allocations of the first call
+        training.model.zero_grad(set_to_none=True)
+        gc.collect()
+        _trim_heap()
+        before = _rss_bytes()
+        with _RssPeak() as peak:
+            out = training.forward_backward([datum], "importance_sampling")
+        grown[on] = peak.bytes - before
+        grads[on] = (
+            out.loss,
+            {k: p.grad.clone() for k, p in training.model.named_parameters() if p.grad is not None},
+        )
+        assert not any(layer.training for layer in training.checkpointed_layers)  # eval mode again
+    assert grads[True][0] == grads[False][0]
+    assert grads[True][1].keys() == grads[False][1].keys()
+    for k, g in grads[False][1].items():
+        assert bool((grads[True][1][k] == g).all()), k
+    assert grown[True] < grown[False] / 1.5, grown  # measured: 0.4x-0.55x here, 0.36x on SmolLM2-135M
