@@ -376,14 +376,19 @@ def profile_decode(training: Any, prompt: list[int], batch: int, tokens: int) ->
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with profile(activities=acts, record_shapes=True) as prof:
         sampler.sample(prompt, batch, params)
-    events = [e for e in prof.key_averages(group_by_input_shape=True) if e.self_cpu_time_total > 0]
-    total = sum(e.self_cpu_time_total for e in events) or 1
-    top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
+    on_gpu = torch.cuda.is_available() and str(training.device).startswith("cuda")
+
+    def self_time(e: Any) -> float:  # the GPU's time on CUDA, the CPU's otherwise
+        return float(getattr(e, "self_device_time_total", 0) if on_gpu else e.self_cpu_time_total)
+
+    events = [e for e in prof.key_averages(group_by_input_shape=True) if self_time(e) > 0]
+    total = sum(self_time(e) for e in events) or 1.0
+    top = sorted(events, key=self_time, reverse=True)[:8]
     return [
         {
             "op": e.key,
             "shapes": str(e.input_shapes)[:80],
-            "self_pct": round(100 * e.self_cpu_time_total / total, 1),
+            "self_pct": round(100 * self_time(e) / total, 1),
             "calls": e.count,
         }
         for e in top
