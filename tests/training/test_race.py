@@ -68,6 +68,9 @@ def test_a_short_race_writes_its_summary_and_plot(tmp_path: Path) -> None:
         assert all(0.0 <= s <= 1.0 for s in arm["success"])
         assert (run_dir / name / "metrics.jsonl").stat().st_size > 0
     assert summary["tempo"]["success"][0] == summary["grpo"]["success"][0]  # one warm start for both
+    # ... and one tokenizer: the warm start's (its weights mean something only under its token ids)
+    assert (run_dir / "warmstart" / "tokenizer").is_dir()
+    assert not (run_dir / "tempo" / "tokenizer").exists() and not (run_dir / "grpo" / "tokenizer").exists()
     assert summary["verdict"] == verdict(summary)
     assert (run_dir / "race.png").stat().st_size > 0
     # a race starts in a new folder: the same folder again is refused, and nothing in it changes

@@ -99,6 +99,17 @@ def warm_start_state(config: TrainConfig, ws_dir: Path) -> tuple[str, float, int
     return state, float(result["eval/success_rate"]), 0
 
 
+def shared_tokenizer(config: TrainConfig, ws_dir: Path) -> TrainConfig:
+    """``config`` whose arms read the warm start's tokenizer (``ws_dir/tokenizer``): a local backend without a
+    tokenizer of its own trains one on its env corpus in each run directory, and the warm start's weights mean
+    something only under the token ids they were trained with."""
+    backend = config.backend
+    built = ws_dir / "tokenizer"
+    if backend.kind != "local" or getattr(backend, "tokenizer_path", None) is not None or not built.is_dir():
+        return config
+    return config.model_copy(update={"backend": backend.model_copy(update={"tokenizer_path": str(built)})})
+
+
 def run_arm(
     config_json: str, run_dir: str, warm_state: str, warm_success: float, budget: int, marks: Sequence[int]
 ) -> dict[str, Any]:
@@ -230,6 +241,7 @@ def race(
     state, success, _ = warm_start_state(
         arm_config(base, "tempo", run_dir / "warmstart"), run_dir / "warmstart"
     )
+    base = shared_tokenizer(base, run_dir / "warmstart")
     say(
         f"warm start done: held-out success {success:.2f}; training TEMPO and GRPO to {budget_env_steps} env steps each..."
     )
