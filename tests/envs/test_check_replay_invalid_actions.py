@@ -103,7 +103,7 @@ def test_cli_option_sets_the_share(dial_envs, capsys):
     first = out["divergences"][0]
     assert first["step"] >= 1 and first["action"] not in ADMISSIBLE
     assert main(["check-replay", "keydoor", "--invalid-share", "1.5"]) == 2
-    assert "invalid_share in [0, 1]" in capsys.readouterr().err
+    assert "--invalid-share 1.5 is not a finite number >= 0 and <= 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("spec", ["keydoor", "keydoor:horizon=60", "knights", "arc-stub"])
