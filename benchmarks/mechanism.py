@@ -1292,6 +1292,59 @@ def _scale_from(data: Mapping[str, Any]) -> Scale:
     return Scale(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
 
 
+#: How the results table names each arm.
+ARM_LABELS = {
+    "grpo": "GRPO",
+    "gigpo": "GiGPO",
+    "oracle": "TEMPO + oracle critic",
+    "oracle_pc": "TEMPO + oracle, prefix correction",
+    "oracle_flip10": "TEMPO + oracle, 10 % flipped",
+    "oracle_flip30": "TEMPO + oracle, 30 % flipped",
+    "mc": "TEMPO + Monte Carlo critic",
+    "generative": "TEMPO + generative critic",
+    "generative_critic_only": "TEMPO + generative, critic-only warm-up",
+}
+
+
+def results_table(env_summary: Mapping[str, Any]) -> str:
+    """One env's results as a markdown table (the README and ``docs/results.md`` print it as it is): per arm,
+    success AUC and final success (mean +- SE over seeds), the paired AUC difference against GRPO (mean +- SE,
+    seeds ahead, the lowest seed) and the tokens processed to reach GRPO's final success (millions, mean over
+    the seeds that reach it, and how many)."""
+
+    def pm(pair: Sequence[float | None], sign: str = "") -> str:
+        m, se = pair[0], pair[1] if len(pair) > 1 else None
+        if m is None:
+            return "-"
+        text = f"{m:{sign}.3f}".replace("-0.000", "0.000").replace("+-0.000", "0.000")
+        return text + ("" if se is None else f" +- {se:.3f}")
+
+    rows = [
+        "| arm | success AUC | final success | AUC - GRPO (paired) | seeds ahead | lowest | tokens to GRPO's final |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    arms = env_summary["arms"]
+    for arm in [a for a in ARM_LABELS if a in arms]:
+        s = arms[arm]
+        d = s.get("auc_minus_grpo")
+        diff = (
+            (pm([d["mean"], d["se"]], "+"), f"{d['seeds_positive']} / {d['n']}", pm([d["min"]], "+"))
+            if d
+            else ("", "", "")
+        )
+        reach = s.get("tokens_to_grpo_final")
+        tokens = (
+            "-"
+            if reach is None
+            else f"{reach / 1e6:.1f}M ({s['seeds_reaching_grpo_final']} of {len(s['seeds'])})"
+        )
+        rows.append(
+            f"| {ARM_LABELS[arm]} | {pm(s['success_auc'])} | {pm(s['success_final'])} | {diff[0]} | {diff[1]} "
+            f"| {diff[2]} | {tokens} |"
+        )
+    return "\n".join(rows)
+
+
 def finish(
     results: dict[str, Any], scale: Scale, out_dir: Path, wall_s: float, est: Mapping[str, Any]
 ) -> dict[str, Any]:

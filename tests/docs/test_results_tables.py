@@ -1,0 +1,34 @@
+"""The README and the results page print the benchmark's table exactly as ``results.json`` gives it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "mechanism" / "results.json"
+
+
+@pytest.fixture(scope="module")
+def table() -> str:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import mechanism
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    summary = json.loads(RESULTS.read_text())["summary"]
+    return mechanism.results_table(summary["keydoor_rule"])
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_the_page_prints_the_benchmarks_table(page: str, table: str) -> None:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    assert table in text, f"{page} does not print the table of {RESULTS.relative_to(ROOT)}:\n{table}"
+
+
+def test_the_table_lists_grpo_gigpo_and_tempo_with_each_critic(table: str) -> None:
+    for arm in ("GRPO", "GiGPO", "TEMPO + oracle critic", "TEMPO + generative critic"):
+        assert f"| {arm} |" in table
