@@ -568,11 +568,9 @@ def build_env_tokenizer(env: EnvSetting, scale: Scale, work: Path) -> Path:
 
 
 def _close(trainer: Any) -> None:
-    pool = trainer.c.pool
-    if hasattr(pool, "close"):
-        pool.close()
-    trainer.c.store.close()
-    trainer.close()
+    from tempo_rl.training.race import close_trainer
+
+    close_trainer(trainer)
 
 
 def warm_start_task(env: EnvSetting, scale: Scale, seed: int, work: Path, tok_dir: Path) -> dict[str, Any]:

@@ -65,7 +65,8 @@ def arm_config(config: TrainConfig, algorithm: str, run_dir: Path) -> TrainConfi
     )
 
 
-def _close(trainer: Any) -> None:
+def close_trainer(trainer: Any) -> None:
+    """Close a trainer built for one run: its env worker pool, its state store and its event loop."""
     pool = trainer.c.pool
     if hasattr(pool, "close"):
         pool.close()
@@ -95,7 +96,7 @@ def warm_start_state(config: TrainConfig, ws_dir: Path) -> tuple[str, float, int
         state = str(trainer.c.training_client.save_state("warmstart"))
         result = trainer.run_async(trainer.evaluate(config.run.eval_episodes, updates_done=0))
     finally:
-        _close(trainer)
+        close_trainer(trainer)
     return state, float(result["eval/success_rate"]), 0
 
 
@@ -162,7 +163,7 @@ def run_arm(
                 record["tokens"].extend([int(last["cost/tokens"])] * passed)
                 record["success"].extend([float(res["eval/success_rate"])] * passed)
     finally:
-        _close(trainer)
+        close_trainer(trainer)
     record["seconds"] = time.perf_counter() - t0
     return record
 
