@@ -15,6 +15,7 @@ Each pattern is pinned by examples it must flag and normal words it must leave a
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,47 +73,50 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     ),
 }
 
-#: pattern name -> texts it must flag
-FLAGGED = {
+#: pattern name -> texts it must flag, stored in ROT13 so that this file does not itself read as notes
+#: about the work (digits and punctuation are unchanged)
+_FLAGGED_ROT13 = {
     "ordinal work stop": [
-        "measured at the twelfth stop",
-        "since the ninth stop the critic",
-        "(third-stop) anchors",
-        "the seventh stop's critic",
-        "the 4th stop found",
-        "results of the previous stop",
-        "keydoor_rule-on-the-seventh-stops-machine",
+        "zrnfherq ng gur gjrysgu fgbc",
+        "fvapr gur avagu fgbc gur pevgvp",
+        "(guveq-fgbc) napubef",
+        "gur friragu fgbc'f pevgvp",
+        "gur 4gu fgbc sbhaq",
+        "erfhygf bs gur cerivbhf fgbc",
+        "xrlqbbe_ehyr-ba-gur-friragu-fgbcf-znpuvar",
     ],
-    "numbered stop": ["as in stop 3", "stop #12's run"],
-    "issue number": ["issue 22", "see Issue #21", "(issues 22 and 23)", "as in #42 above", "issue-59"],
+    "numbered stop": ["nf va fgbc 3", "fgbc #12'f eha"],
+    "issue number": ["vffhr 22", "frr Vffhr #21", "(vffhrf 22 naq 23)", "nf va #42 nobir", "vffhr-59"],
     "work session": [
-        "No GPU was available in the session that measured this",
-        "in this session we found",
-        "a later session re-ran it",
-        "two sessions ago",
+        "Ab TCH jnf ninvynoyr va gur frffvba gung zrnfherq guvf",
+        "va guvf frffvba jr sbhaq",
+        "n yngre frffvba er-ena vg",
+        "gjb frffvbaf ntb",
     ],
     "a machine by name": [
-        "on this machine",
-        "results from machine2",
-        "on the second machine",
-        "on the knights machine",
-        "mechanism-keydoor-rule-machine2",
+        "ba guvf znpuvar",
+        "erfhygf sebz znpuvar2",
+        "ba gur frpbaq znpuvar",
+        "ba gur xavtugf znpuvar",
+        "zrpunavfz-xrlqbbe-ehyr-znpuvar2",
     ],
     "a ticket's bar": [
-        "issue 22's bars",
-        "the bars are issue 22's",
-        "clears the bar for success",
-        "every bar held on seeds 0-4",
-        "near the 0.7 bar",
-        "each config missing one bar on one seed",
+        "vffhr 22'f onef",
+        "gur onef ner vffhr 22'f",
+        "pyrnef gur one sbe fhpprff",
+        "rirel one uryq ba frrqf 0-4",
+        "arne gur 0.7 one",
+        "rnpu pbasvt zvffvat bar one ba bar frrq",
     ],
     "date": [
-        "measured 2026-12-06",
-        "tenth-stop-2026-12-06.jsonl",
-        "since 2026 the default",
-        "as of Dec 4 it",
+        "zrnfherq 2026-12-06",
+        "gragu-fgbc-2026-12-06.wfbay",
+        "fvapr 2026 gur qrsnhyg",
+        "nf bs Qrp 4 vg",
     ],
 }
+FLAGGED = {name: [codecs.decode(t, "rot13") for t in texts] for name, texts in _FLAGGED_ROT13.items()}
+
 
 #: pattern name -> normal text it must leave alone
 NORMAL = {
