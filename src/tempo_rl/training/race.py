@@ -79,8 +79,8 @@ def close_trainer(trainer: Any) -> None:
 DEMO_SEED_OFFSET = 500_000
 
 
-def warm_start_state(config: TrainConfig, ws_dir: Path) -> tuple[str, float, int]:
-    """The warm start of ``config`` in ``ws_dir``: ``(backend state path, eval success, eval tokens)``; without
+def warm_start_state(config: TrainConfig, ws_dir: Path) -> tuple[str, float]:
+    """The warm start of ``config`` in ``ws_dir``: ``(backend state path, held-out success)``; without
     ``warmstart.enabled`` the initial weights' state. Its demos are games ``env.train_seed_start +``
     :data:`DEMO_SEED_OFFSET` onward."""
     from tempo_rl.training.run import build_trainer
@@ -97,7 +97,7 @@ def warm_start_state(config: TrainConfig, ws_dir: Path) -> tuple[str, float, int
         result = trainer.run_async(trainer.evaluate(config.run.eval_episodes, updates_done=0))
     finally:
         close_trainer(trainer)
-    return state, float(result["eval/success_rate"]), 0
+    return state, float(result["eval/success_rate"])
 
 
 def shared_tokenizer(config: TrainConfig, ws_dir: Path) -> TrainConfig:
@@ -239,9 +239,7 @@ def race(
     t0 = time.perf_counter()
     base = config.model_copy(update={"algorithm": "tempo"})
     say(f"warm start on {config.warmstart.episodes} expert demos (shared by both algorithms)...")
-    state, success, _ = warm_start_state(
-        arm_config(base, "tempo", run_dir / "warmstart"), run_dir / "warmstart"
-    )
+    state, success = warm_start_state(arm_config(base, "tempo", run_dir / "warmstart"), run_dir / "warmstart")
     base = shared_tokenizer(base, run_dir / "warmstart")
     say(
         f"warm start done: held-out success {success:.2f}; training TEMPO and GRPO to {budget_env_steps} env steps each..."
