@@ -20,7 +20,7 @@ import numbers
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "ProgressBar",
     "branch_metrics",
     "critic_metrics",
+    "json_lines",
     "json_safe",
     "read_metrics",
     "rollout_metrics",
@@ -72,19 +73,31 @@ def read_metrics(path: Path | str) -> list[dict[str, float]]:
         path = path / METRICS_FILE
     if not path.exists():
         raise FileNotFoundError(f"no metrics file at {path}; is this a tempo-rl run directory?")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    records: list[dict[str, float]] = []
+    return [
+        {k: (math.nan if v is None else v) for k, v in raw.items()}
+        for _, raw in json_lines(path, path.read_text(encoding="utf-8"))
+    ]
+
+
+def json_lines(
+    path: Path, text: str, error: Callable[[str], Exception] = ValueError
+) -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` for each non-blank line of ``text``, the JSON-lines content of ``path``; ``where`` is
+    ``path:line``. A last line that is not JSON was cut mid-write (a killed process) and is skipped; such a line
+    elsewhere raises ``error(message)``, the message naming the file and the line."""
+    lines = text.split("\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     for i, line in enumerate(lines):
         if not line.strip():
             continue
+        where = f"{path}:{i + 1}"
         try:
-            raw = json.loads(line)
+            value = json.loads(line)
         except json.JSONDecodeError as exc:
-            if i == len(lines) - 1:
-                break  # torn final write
-            raise ValueError(f"{path}:{i + 1} is not valid JSON: {exc}") from exc
-        records.append({k: (math.nan if v is None else v) for k, v in raw.items()})
-    return records
+            if i == last:
+                return  # torn final write
+            raise error(f"{where} is not JSON ({exc.msg})") from None
+        yield where, value
 
 
 class ProgressBar:

@@ -8,7 +8,6 @@ extra) and drawn with the Agg canvas, so no display and no global pyplot state a
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tempo_rl._optional import require
+from tempo_rl.training.metrics import json_lines
 from tempo_rl.training.rundir import METRICS_FILE
 
 __all__ = [
@@ -124,20 +124,12 @@ def load_metrics(path: Path | str) -> list[dict[str, float]]:
         raise MetricsFileError(
             f"{path}:{line_no} is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); {_DAMAGED_FIX}"
         ) from None
-    lines = text.split("\n")
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    records: list[dict[str, float]] = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if i == last:
-                break  # torn final write
-            raise MetricsFileError(f"{path}:{i + 1} is not JSON ({exc.msg}); {_DAMAGED_FIX}") from None
-        records.append(_checked_record(raw, f"{path}:{i + 1}"))
-    return records
+    return [
+        _checked_record(raw, where)
+        for where, raw in json_lines(
+            path, text, lambda message: MetricsFileError(f"{message}; {_DAMAGED_FIX}")
+        )
+    ]
 
 
 def _checked_record(raw: Any, where: str) -> dict[str, float]:
