@@ -38,7 +38,7 @@ import functools
 import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -252,24 +252,19 @@ def to_service_adam(params: AdamParams, types: ModuleType) -> Any:
     return types.AdamParams(**params.as_dict())
 
 
+@dataclass(eq=False, repr=False)
 class _RemoteClient:
     """What both adapters hold: the SDK client, the flavor, the tokenizer, the timeout policy and the service's
     per-sample token limits (none by default)."""
 
-    def __init__(
-        self,
-        raw: Any,
-        flavor: ServiceFlavor,
-        tokenizer: Tokenizer,
-        retry: RetryConfig,
-        limits: SequenceLimits | None = None,
-    ) -> None:
-        self.raw = raw
-        self.flavor = flavor
-        self.tokenizer = tokenizer
-        self.retry = retry
-        self.limits = limits or SequenceLimits()
-        self.vocab_size = len(tokenizer)
+    raw: Any
+    flavor: ServiceFlavor
+    tokenizer: Tokenizer
+    retry: RetryConfig
+    limits: SequenceLimits = field(default_factory=SequenceLimits)
+
+    def __post_init__(self) -> None:
+        self.vocab_size = len(self.tokenizer)
 
     def _what(self, method: str) -> str:
         return f"{self.flavor.name} {method}"
@@ -279,6 +274,7 @@ class _RemoteClient:
         return self.tokenizer
 
 
+@dataclass(eq=False, repr=False)
 class RemoteSamplingClient(_RemoteClient):
     """:class:`~tempo_rl.backends.types.SamplingClient` over a service sampling client (one try per call).
 
@@ -375,6 +371,7 @@ class RemoteSamplingClient(_RemoteClient):
         return [None if x is None else float(x) for x in out]
 
 
+@dataclass(eq=False, repr=False)
 class RemoteTrainingClient(_RemoteClient):
     """:class:`~tempo_rl.backends.types.TrainingClient` over a service training client (one try per call).
 
@@ -389,24 +386,15 @@ class RemoteTrainingClient(_RemoteClient):
             first and each one :meth:`load_state` creates), e.g. to apply :func:`seed_pytrio_vocab_size`.
     """
 
-    def __init__(
-        self,
-        raw: Any,
-        flavor: ServiceFlavor,
-        tokenizer: Tokenizer,
-        retry: RetryConfig,
-        *,
-        service: Any = None,
-        limits: SequenceLimits | None = None,
-        prepare: Callable[[Any, Tokenizer], None] | None = None,
-    ) -> None:
-        super().__init__(raw, flavor, tokenizer, retry, limits)
-        self.service = service
-        self._prepare = prepare
+    service: Any = field(default=None, kw_only=True)
+    prepare: Callable[[Any, Tokenizer], None] | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._tag = secrets.token_hex(4)
         self._saves = 0
-        if prepare is not None:
-            prepare(raw, tokenizer)
+        if self.prepare is not None:
+            self.prepare(self.raw, self.tokenizer)
 
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_fn_config: Mapping[str, Any] | None = None
@@ -500,8 +488,8 @@ class RemoteTrainingClient(_RemoteClient):
         raw = create_training_client_from_state(
             self.service, path, self.retry.result_timeout_s, self.flavor.name
         )
-        if self._prepare is not None:
-            self._prepare(raw, self.tokenizer)
+        if self.prepare is not None:
+            self.prepare(raw, self.tokenizer)
         self.raw = raw
 
     def save_weights_and_get_sampling_client(self, name: str | None = None) -> RemoteSamplingClient:
@@ -555,6 +543,6 @@ def open_training_client(
         raw = create_training_client_from_state(service_client, resume_from, timeout, flavor.name)
     tokenizer = _service_tokenizer(raw, cfg.tokenizer_path, timeout, flavor.name)
     training = RemoteTrainingClient(
-        raw, flavor, tokenizer, cfg.retry, service=service_client, limits=limits, prepare=prepare
+        raw, flavor, tokenizer, cfg.retry, limits or SequenceLimits(), service=service_client, prepare=prepare
     )
     return training, training.save_weights_and_get_sampling_client()
