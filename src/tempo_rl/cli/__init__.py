@@ -255,16 +255,21 @@ def run_command(args: argparse.Namespace, func: Callable[[argparse.Namespace], i
 def command(
     name: str,
 ) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
-    """Decorate the ``func`` of command ``name``: called directly (as tests and embedders do) it turns expected
-    errors into a message and an exit code exactly as :func:`main` does, which also covers undecorated
+    """Decorate the ``func`` of command ``name``: the modules of its ``--import`` option
+    (:func:`add_import_option`) are imported first, and called directly (as tests and embedders do) it turns
+    expected errors into a message and an exit code exactly as :func:`main` does, which also covers undecorated
     commands."""
 
     def decorate(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        def body(args: argparse.Namespace) -> int:
+            import_user_modules(name, getattr(args, "imports", []))
+            return func(args)
+
         @functools.wraps(func)
         def wrapped(args: argparse.Namespace) -> int:
             if not getattr(args, "command", None):
                 args.command_label = name
-            return run_command(args, func)
+            return run_command(args, body)
 
         return wrapped
 

@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from tempo_rl.cli import add_documented_parser, add_import_option, checks, command, import_user_modules
+from tempo_rl.cli import add_documented_parser, add_import_option, checks, command
 
 #: the :func:`~tempo_rl.envs.check.check_replay` parameters this command sets from its options of the same
 #: name (``--continue-steps`` sets ``continue_steps``)
@@ -61,7 +61,6 @@ def run(args: argparse.Namespace) -> int:
     from tempo_rl.envs import check_replay
     from tempo_rl.envs.registry import UnknownEnvError
 
-    import_user_modules("check-replay", getattr(args, "imports", []))
     for option, at_least in (("steps", 1), ("trials", 1), ("restores", 0), ("continue_steps", 0)):
         checks.whole("--" + option.replace("_", "-"), getattr(args, option), at_least=at_least)
     checks.number("--invalid-share", args.invalid_share, at_least=0.0, at_most=1.0)

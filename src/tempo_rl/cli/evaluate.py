@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tempo_rl.cli import CommandError, add_import_option, checks, command, import_user_modules
+from tempo_rl.cli import CommandError, add_import_option, checks, command
 
 
 def add_parser(subparsers: Any) -> None:
@@ -108,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
     """Evaluate and print the summary; exit code 2 on a bad input (checked before any game is played)."""
     from tempo_rl.training.evaluate import EVAL_SUMMARY_FILE, alfworld_games, evaluate_run
 
-    import_user_modules("eval", getattr(args, "imports", []))
     run_dir, config = _check(args)
     games = None
     if args.alfworld_root is not None:

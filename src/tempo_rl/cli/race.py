@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tempo_rl.cli import CommandError, add_import_option, checks, command, import_user_modules
+from tempo_rl.cli import CommandError, add_import_option, checks, command
 
 __all__ = ["add_parser", "run"]
 
@@ -67,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
     from tempo_rl.training.config import load_config
     from tempo_rl.training.race import RACE_CONFIG, race
 
-    import_user_modules("race", getattr(args, "imports", []))
     checks.whole("--budget-env-steps", args.budget_env_steps, at_least=1)
     checks.whole("--marks", args.marks, at_least=1)
     checks.whole("--jobs", args.jobs, at_least=1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tempo_rl.cli import CommandError, add_import_option, checks, command, import_user_modules
+from tempo_rl.cli import CommandError, add_import_option, checks, command
 
 __all__ = ["add_parser", "run"]
 
@@ -64,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     from tempo_rl.training.run import DEFAULT_CONFIG, train_run
     from tempo_rl.training.rundir import CONFIG_FILE, check_run_dir_path
 
-    import_user_modules("train", getattr(args, "imports", []))
     checks.whole("--max-updates", args.max_updates, at_least=0)
     console = False if args.quiet else None
     if args.resume is not None:
