@@ -1,7 +1,7 @@
 """The ``tempo-rl`` command line: ``tempo-rl <command> ...``.
 
 Each command lives in its own module under :mod:`tempo_rl.cli` and exposes two functions:
-``add_parser(subparsers)`` (registers its argparse sub-parser and sets ``func``) and the ``func`` it sets, which
+``add_parser(subparsers)`` (registers its argparse sub-parser and sets ``func``: :func:`set_command`) and the ``func`` it sets, which
 takes the parsed ``argparse.Namespace`` and returns a process exit code. Commands are imported lazily so that
 ``tempo-rl --help`` needs no optional dependency.
 
@@ -53,17 +53,37 @@ def add_documented_parser(subparsers: Any, name: str, doc: str | None, help: str
     return parser
 
 
-def add_import_option(parser: argparse.ArgumentParser) -> None:
-    """``--import MODULE`` (repeatable): import user modules (e.g. one that registers an env) before running."""
+def add_config_options(parser: argparse.ArgumentParser, *, default: str, example: str) -> None:
+    """``--config/-c FILE``, the TOML config (``default`` names the one used without it), and ``--set KEY=VALUE``
+    (repeatable; ``example`` is one), a config field overridden."""
+    parser.add_argument("--config", "-c", type=Path, default=None, help=f"TOML config (default: {default})")
     parser.add_argument(
-        "--import",
-        dest="imports",
+        "--set",
+        dest="overrides",
         action="append",
         default=[],
-        metavar="MODULE",
-        help="import MODULE first (repeatable), e.g. the module of your own adapter that calls "
-        "tempo_rl.envs.register(); the current directory is importable",
+        metavar="KEY=VALUE",
+        help=f"override a config field, e.g. --set {example} (repeatable)",
     )
+
+
+def set_command(
+    parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int], *, imports: bool = False
+) -> None:
+    """The last step of registering a command: ``func`` runs it and, with ``imports``, it takes ``--import
+    MODULE`` (repeatable): user modules (e.g. one that registers an env) that :func:`command` imports before
+    ``func`` runs."""
+    if imports:
+        parser.add_argument(
+            "--import",
+            dest="imports",
+            action="append",
+            default=[],
+            metavar="MODULE",
+            help="import MODULE first (repeatable), e.g. the module of your own adapter that calls "
+            "tempo_rl.envs.register(); the current directory is importable",
+        )
+    parser.set_defaults(func=func)
 
 
 class CommandError(Exception):
@@ -256,7 +276,7 @@ def command(
     name: str,
 ) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
     """Decorate the ``func`` of command ``name``: the modules of its ``--import`` option
-    (:func:`add_import_option`) are imported first, and called directly (as tests and embedders do) it turns
+    (:func:`set_command`) are imported first, and called directly (as tests and embedders do) it turns
     expected errors into a message and an exit code exactly as :func:`main` does, which also covers undecorated
     commands."""
 

@@ -15,14 +15,14 @@ import json
 import sys
 from typing import Any
 
-from tempo_rl.cli import add_documented_parser, add_import_option, checks, command
+from tempo_rl.cli import add_documented_parser, checks, command, set_command
 
 #: the :func:`~tempo_rl.envs.check.check_replay` parameters this command sets from its options of the same
 #: name (``--continue-steps`` sets ``continue_steps``)
 _CHECK_OPTIONS = ("steps", "trials", "seed", "restores", "continue_steps", "invalid_share")
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> None:
     """Register the ``check-replay`` sub-command."""
     summary = "verify that an env restores exactly (random play, restores at random depths)"
     parser = add_documented_parser(subparsers, "check-replay", __doc__, summary)
@@ -50,9 +50,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "free text (default 0.2; 0 plays admissible actions only)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a summary")
-    add_import_option(parser)
-    parser.set_defaults(func=run)
-    return parser
+    set_command(parser, run, imports=True)
 
 
 @command("check-replay")

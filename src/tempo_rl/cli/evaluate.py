@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tempo_rl.cli import CommandError, add_import_option, checks, command
+from tempo_rl.cli import CommandError, checks, command, set_command
 
 
 def add_parser(subparsers: Any) -> None:
@@ -36,8 +36,7 @@ def add_parser(subparsers: Any) -> None:
         help="ALFWorld splits (with --alfworld-root; default: valid_seen valid_unseen)",
     )
     parser.add_argument("--per-split", type=int, default=None, help="ALFWorld games per split (default: all)")
-    add_import_option(parser)
-    parser.set_defaults(func=run)
+    set_command(parser, run, imports=True)
 
 
 def _fmt(value: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tempo_rl.cli import CommandError, command
+from tempo_rl.cli import CommandError, command, set_command
 
 
 def add_parser(subparsers: Any) -> None:
@@ -17,7 +17,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a tempo-rl run directory (holds metrics.jsonl)")
     parser.add_argument("--out", default=None, help="output folder (default: RUN_DIR/plots)")
-    parser.set_defaults(func=run)
+    set_command(parser, run)
 
 
 @command("plot")

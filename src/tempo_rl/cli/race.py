@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tempo_rl.cli import CommandError, add_import_option, checks, command
+from tempo_rl.cli import CommandError, add_config_options, checks, command, set_command
 
 __all__ = ["add_parser", "run"]
 
@@ -25,22 +25,14 @@ DEFAULT_BUDGET = 4608
 DEFAULT_MARKS = 6
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``race``."""
     p = subparsers.add_parser(
         "race",
         help="train TEMPO and GRPO from one warm start at equal env steps and compare them",
         description=(__doc__ or "").split("\n\n")[0],
     )
-    p.add_argument("--config", "-c", type=Path, default=None, help="TOML config (default: the built-in job)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field, e.g. --set run.eval_episodes=16 (repeatable)",
-    )
+    add_config_options(p, default="the built-in job", example="run.eval_episodes=16")
     p.add_argument("--run-dir", type=Path, default=Path("runs/race"), help="where the race is written")
     p.add_argument(
         "--budget-env-steps",
@@ -56,9 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--jobs", type=int, default=2, help="processes (default 2: one per algorithm)")
     p.add_argument("--quiet", action="store_true", help="no console output")
-    add_import_option(p)
-    p.set_defaults(func=run)
-    return p
+    set_command(p, run, imports=True)
 
 
 @command("race")

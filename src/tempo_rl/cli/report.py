@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tempo_rl.cli import CommandError, command
+from tempo_rl.cli import CommandError, command, set_command
 
 
 def add_parser(subparsers: Any) -> None:
@@ -22,7 +22,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--out", default=None, metavar="FILE", help="output file (default: RUN_DIR/report.html)"
     )
-    parser.set_defaults(func=run)
+    set_command(parser, run)
 
 
 @command("report")

@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tempo_rl.cli import CommandError, add_import_option, checks, command
+from tempo_rl.cli import CommandError, add_config_options, checks, command, set_command
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``train``."""
     p = subparsers.add_parser(
         "train",
@@ -25,17 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Train with TEMPO (or the GRPO baseline). Without --config, the built-in offline main job "
         "runs: the local backend (tiny transformer, offline tokenizer) on the long-horizon KeyDoor env.",
     )
-    p.add_argument(
-        "--config", "-c", type=Path, default=None, help="TOML config (default: the built-in main job)"
-    )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field, e.g. --set tempo.branches=8 (repeatable)",
-    )
+    add_config_options(p, default="the built-in main job", example="tempo.branches=8")
     p.add_argument(
         "--run-dir", type=Path, default=None, help="run directory (default: run.run_dir of the config)"
     )
@@ -48,9 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--max-updates", type=int, default=None, help="stop after this many updates (resumable)")
     p.add_argument("--quiet", action="store_true", help="no console output")
-    add_import_option(p)
-    p.set_defaults(func=run)
-    return p
+    set_command(p, run, imports=True)
 
 
 @command("train")
