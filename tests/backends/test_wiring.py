@@ -1,6 +1,6 @@
 """Backend wiring: the config is a leaf, no import cycle (in the backends, nor between any two modules of the
-package), one factory with the same retries for every backend, ``TrainConfig.backend`` typed, and the
-recording stubs bound by the SDKs' rules."""
+package), no import of the training layer from the layers below it, one factory with the same retries for every
+backend, ``TrainConfig.backend`` typed, and the recording stubs bound by the SDKs' rules."""
 
 from __future__ import annotations
 
@@ -133,6 +133,77 @@ def test_no_two_modules_of_the_package_import_each_other() -> None:
     assert cycles == [], f"import cycles (lazy imports count): {cycles}"
 
 
+#: The packages below the training layer: what they need from a run is passed in, never imported from it.
+LOWER_LAYERS = ("backends", "envs", "rollout", "critic")
+
+
+def imports_of(path: Path, src: Path) -> set[str]:
+    """Every module name ``path`` imports, anywhere in it (lazy, ``TYPE_CHECKING`` and relative imports resolved,
+    ``importlib.import_module("...")`` with a literal name too)."""
+    parts = path.relative_to(src).with_suffix("").parts
+    package = parts[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = list(package[: len(package) - node.level + 1]) if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            out.add(module)
+            out.update(f"{module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func).endswith("import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            out.add(node.args[0].value)
+    return out
+
+
+def upward_imports(src: Path) -> list[str]:
+    """``file: module`` for each import of ``tempo_rl.training`` from a module of :data:`LOWER_LAYERS`."""
+    found = []
+    for layer in LOWER_LAYERS:
+        for path in sorted((src / "tempo_rl" / layer).rglob("*.py")):
+            for module in sorted(imports_of(path, src)):
+                if module == "tempo_rl.training" or module.startswith("tempo_rl.training."):
+                    found.append(f"{path.relative_to(src)}: {module}")
+    return found
+
+
+def test_the_lower_layers_never_import_the_training_layer() -> None:
+    """backends, envs, rollout and critic get what they need from a run (a tokenizer, a game, a setting) as a
+    value passed in by the training layer, which builds the run top-down; none imports from it."""
+    assert upward_imports(SRC) == []
+
+
+def test_the_layer_check_sees_every_form_of_import(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for layer in LOWER_LAYERS:
+        (src / "tempo_rl" / layer).mkdir(parents=True)
+    (src / "tempo_rl" / "envs" / "lazy.py").write_text(
+        "def f():\n    from tempo_rl.training.config import X\n"
+    )
+    (src / "tempo_rl" / "critic" / "rel.py").write_text("from ..training import store\n")
+    (src / "tempo_rl" / "rollout" / "typed.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tempo_rl.training.types\n"
+    )
+    (src / "tempo_rl" / "backends" / "dyn.py").write_text(
+        "import importlib\nimportlib.import_module('tempo_rl.training.run')\n"
+    )
+    (src / "tempo_rl" / "backends" / "fine.py").write_text("from tempo_rl.backends.types import Datum\n")
+    assert upward_imports(src) == [
+        "tempo_rl/backends/dyn.py: tempo_rl.training.run",
+        "tempo_rl/envs/lazy.py: tempo_rl.training.config",
+        "tempo_rl/envs/lazy.py: tempo_rl.training.config.X",
+        "tempo_rl/rollout/typed.py: tempo_rl.training.types",
+        "tempo_rl/critic/rel.py: tempo_rl.training",
+        "tempo_rl/critic/rel.py: tempo_rl.training.store",
+    ]
+
+
 def test_the_cycle_check_sees_lazy_imports(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     pkg.mkdir()
@@ -263,6 +334,7 @@ def test_the_local_factory_passes_each_config_field_to_a_parameter_of_that_name(
     from tempo_rl.backends import factory
     from tempo_rl.backends.local.client import LocalTrainingClient
     from tempo_rl.backends.local.model import build_tiny_model
+    from tempo_rl.backends.local.tokenizer import build_tokenizer
 
     fields = set(LocalBackendConfig.model_fields)
     for names, target in (
@@ -285,7 +357,8 @@ def test_the_local_factory_passes_each_config_field_to_a_parameter_of_that_name(
         max_batch_rows=5,
         max_tokens_per_chunk=99,
     )
-    training, _ = factory.create_local_clients(cfg, corpus=["go north", "take key"])
+    tokenizer = build_tokenizer(["go north", "take key"], vocab_size=cfg.vocab_size)
+    training, _ = factory.create_local_clients(cfg, tokenizer=tokenizer)
     config = training.model.config
     assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (32, 1, 2)
     assert config.max_position_embeddings == 128 and training.seed == 3

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tempo_rl.training.config import load_config
-from tempo_rl.training.run import _create_clients
+from tempo_rl.training.run import _create_clients, run_tokenizer
 
 
 def _checkpoint(tmp_path: Path) -> Path:
@@ -37,7 +37,8 @@ def test_backend_states_of_a_checkpoint_model_live_in_the_run_dir(
         f'[env]\nname = "keydoor"\n\n[backend]\nkind = "local"\nmodel_path = "{model}"{extra}\n'
     )
     run_dir = tmp_path / "run"
-    training, _, tok = _create_clients(load_config(cfg_file), run_dir, resume=False)
+    config = load_config(cfg_file)
+    training, _, tok = _create_clients(config, run_dir, run_tokenizer(config, run_dir, resume=False), None)
     expected = tmp_path / state_dir if state_dir else run_dir / "backend_states"
     assert Path(training.inner.state_dir) == expected
     saved = Path(training.save_state("s0"))

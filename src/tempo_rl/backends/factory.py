@@ -13,7 +13,7 @@ and the first sampling snapshot starts it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,26 +48,26 @@ def _pass_through(cfg: LocalBackendConfig, names: tuple[str, ...]) -> dict[str, 
     return {name: getattr(cfg, name) for name in names}
 
 
-def _local_tokenizer(cfg: LocalBackendConfig, corpus: Iterable[str] | None) -> Any:
+def _local_tokenizer(cfg: LocalBackendConfig) -> Any:
+    """The saved tokenizer of ``tokenizer_path`` or ``model_path``, else one trained on the built-in corpus (a
+    caller with texts of its env builds that tokenizer itself and passes it as ``tokenizer``)."""
     from tempo_rl.backends.local.tokenizer import build_tokenizer, load_tokenizer
 
     if cfg.tokenizer_path is not None:
         return load_tokenizer(cfg.tokenizer_path)
     if cfg.model_path is not None and (Path(cfg.model_path) / "tokenizer.json").is_file():
         return load_tokenizer(cfg.model_path)
-    return build_tokenizer(corpus or (), vocab_size=cfg.vocab_size)
+    return build_tokenizer((), vocab_size=cfg.vocab_size)
 
 
-def create_local_clients(
-    cfg: LocalBackendConfig, *, tokenizer: Tokenizer | None = None, corpus: Iterable[str] | None = None
-) -> tuple[Any, Any]:
+def create_local_clients(cfg: LocalBackendConfig, *, tokenizer: Tokenizer | None = None) -> tuple[Any, Any]:
     """The local training client and a sampling client on its initial weights (no retry layer)."""
     from tempo_rl._optional import require
     from tempo_rl.backends.local.client import LocalTrainingClient
     from tempo_rl.backends.local.model import apply_lora, build_tiny_model, load_model, resolve_device
 
     torch = require("torch", "local")
-    tok = tokenizer if tokenizer is not None else _local_tokenizer(cfg, corpus)
+    tok = tokenizer if tokenizer is not None else _local_tokenizer(cfg)
     if cfg.model_path is not None:
         model = load_model(cfg.model_path, dtype=cfg.dtype)
     else:
@@ -86,14 +86,13 @@ def create_raw_clients(
     cfg: AnyBackendConfig,
     *,
     tokenizer: Tokenizer | None = None,
-    corpus: Iterable[str] | None = None,
     service_client: Any = None,
     resume_from: str | None = None,
     max_sequence_tokens: int | None = None,
 ) -> tuple[Any, Any]:
     """:func:`create_clients` without the retry layer (the backend's own clients)."""
     if isinstance(cfg, LocalBackendConfig):
-        training, sampler = create_local_clients(cfg, tokenizer=tokenizer, corpus=corpus)
+        training, sampler = create_local_clients(cfg, tokenizer=tokenizer)
         if resume_from is not None:
             training.load_state(resume_from)
             sampler = training.save_weights_and_get_sampling_client()
@@ -101,9 +100,7 @@ def create_raw_clients(
     if cfg.stub and service_client is None:
         from tempo_rl.backends import testing
 
-        local, _ = create_local_clients(
-            cfg.stub_local or LocalBackendConfig(), tokenizer=tokenizer, corpus=corpus
-        )
+        local, _ = create_local_clients(cfg.stub_local or LocalBackendConfig(), tokenizer=tokenizer)
         stub_cls = testing.RecordingPyTrioService if cfg.kind == "pytrio" else testing.RecordingTinkerService
         service_client = stub_cls(local)
     create_remote: Callable[..., tuple[Any, Any]]
@@ -125,7 +122,6 @@ def create_clients(
     config: AnyBackendConfig | Mapping[str, Any],
     *,
     tokenizer: Tokenizer | None = None,
-    corpus: Iterable[str] | None = None,
     service_client: Any = None,
     resume_from: str | None = None,
     max_sequence_tokens: int | None = None,
@@ -135,10 +131,10 @@ def create_clients(
     Args:
         config: a backend config (or a mapping validated with
             :func:`~tempo_rl.backends.config.parse_backend_config`).
-        tokenizer: local backend (and stubbed remote backends): use this tokenizer instead of loading or
-            building one.
-        corpus: local backend (and stubbed remote backends): texts to train the offline tokenizer on when
-            none is saved.
+        tokenizer: local backend (and stubbed remote backends): use this tokenizer instead of loading the
+            saved one (``tokenizer_path`` or ``model_path``) or training one on the built-in corpus; a
+            tokenizer trained on an env's own texts is built by the caller
+            (:func:`~tempo_rl.backends.local.tokenizer.build_tokenizer`) and passed here.
         service_client: PyTRIO/Tinker only: an already constructed ``ServiceClient`` (or a stub from
             :mod:`tempo_rl.backends.testing`); by default one is created from credentials.
         resume_from: a path returned by the training client's ``save_state``: start from those weights and
@@ -153,7 +149,6 @@ def create_clients(
     training, sampler = create_raw_clients(
         cfg,
         tokenizer=tokenizer,
-        corpus=corpus,
         service_client=service_client,
         resume_from=resume_from,
         max_sequence_tokens=max_sequence_tokens,

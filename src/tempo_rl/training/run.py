@@ -71,6 +71,7 @@ __all__ = [
     "format_summary",
     "locked_restore_branches",
     "make_env_at_reset",
+    "run_tokenizer",
     "summarize",
     "train_run",
 ]
@@ -83,21 +84,38 @@ DEFAULT_CONFIG = Path(__file__).with_name("main_job.toml")
 # ------------------------------------------------------------------------------------------------ clients
 
 
+def run_tokenizer(config: TrainConfig, run_dir: Path, *, resume: bool) -> Any:
+    """The run's offline tokenizer when the local backend has none of its own, else None (the backend loads it).
+
+    A local backend without ``model_path`` or ``tokenizer_path`` gets a tokenizer trained on :func:`env_corpus`
+    at the start of a run, saved in ``RUN_DIR/tokenizer``; a resume reloads that one.
+    """
+    cfg = config.backend
+    if cfg.kind != "local" or cfg.model_path is not None or cfg.tokenizer_path is not None:
+        return None
+    from tempo_rl.backends.local.tokenizer import build_tokenizer, load_tokenizer
+
+    tok_dir = run_dir / TOKENIZER_DIR
+    if resume and tok_dir.is_dir():
+        return load_tokenizer(tok_dir)
+    tokenizer = build_tokenizer(env_corpus(config), vocab_size=cfg.vocab_size)
+    tokenizer.save_pretrained(str(tok_dir))
+    return tokenizer
+
+
 def _create_clients(
     config: TrainConfig,
     run_dir: Path,
+    tokenizer: Any,
+    backend_state: str | None,
     *,
-    resume: bool,
     service_client: Any = None,
-    backend_state: str | None = None,
-    tokenizer: Any = None,
     state_subdir: str | None = None,
 ) -> tuple[Any, Any, Any]:
     """(training client, sampling client, tokenizer) for the configured backend.
 
-    Local backend without a tokenizer of its own: an offline tokenizer is trained on :func:`env_corpus` at the
-    start of a run and saved in ``RUN_DIR/tokenizer`` (a resume reloads it); backend states are written under
-    ``RUN_DIR/backend_states`` unless the config names a ``state_dir``. Every backend goes through
+    ``tokenizer`` is the run's (:func:`run_tokenizer`; None: the backend's own); backend states are written
+    under ``RUN_DIR/backend_states`` unless the config names a ``state_dir``. Every backend goes through
     :func:`tempo_rl.backends.factory.create_clients` (the same retry layer for all); ``backend_state`` (a
     resume) makes the training client start from that saved state, weights and optimizer.
 
@@ -108,15 +126,6 @@ def _create_clients(
     from tempo_rl.backends.factory import create_clients
 
     cfg = config.backend
-    if tokenizer is None and cfg.kind == "local" and cfg.model_path is None and cfg.tokenizer_path is None:
-        from tempo_rl.backends.local.tokenizer import build_tokenizer, load_tokenizer
-
-        tok_dir = run_dir / TOKENIZER_DIR
-        if resume and tok_dir.is_dir():
-            tokenizer = load_tokenizer(tok_dir)
-        else:
-            tokenizer = build_tokenizer(env_corpus(config), vocab_size=cfg.vocab_size)
-            tokenizer.save_pretrained(str(tok_dir))
     # local backend, built-in or checkpoint model: the default means "not chosen" (config.toml stores every
     # default too), and the states go into the run directory, never into the current directory
     default_state_dir = LocalBackendConfig.model_fields["state_dir"].default
@@ -223,18 +232,14 @@ def build_trainer(
     ``store`` replaces the run's state store (``RUN_DIR/store.sqlite``, opened for writing), e.g. with an
     in-memory one for a command that must not write the run (``tempo-rl eval``).
     """
+    tokenizer = run_tokenizer(config, run_dir, resume=resume)
     training, sampler, tokenizer = _create_clients(
-        config, run_dir, resume=resume, service_client=service_client, backend_state=backend_state
+        config, run_dir, tokenizer, backend_state, service_client=service_client
     )
     critic_training = critic_sampler = None
     if config.algorithm == "tempo" and config.tempo.critic_weights == "own":
         critic_training, critic_sampler, _ = _create_clients(
-            config,
-            run_dir,
-            resume=resume,
-            backend_state=critic_backend_state or backend_state,
-            tokenizer=tokenizer,
-            state_subdir="critic",
+            config, run_dir, tokenizer, critic_backend_state or backend_state, state_subdir="critic"
         )
     chat = ChatRenderer(tokenizer)
     eos = tokenizer.eos_token_id
