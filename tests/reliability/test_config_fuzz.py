@@ -133,9 +133,8 @@ CROSS_FIELD = [
     ({"tempo": {"states_per_batch": 20, "branches": 4, "critic_samples": 4}}, ["tempo.states_per_batch"]),
     ({"algorithm": "grpo", "grpo": {"games_per_batch": 64, "group_size": 4}}, ["grpo.games_per_batch"]),
     ({"optim": {"clip_low_threshold": 1.5, "clip_high_threshold": 1.2}}, ["optim.clip_low_threshold"]),
-    ({"tempo": {"unparsed_endpoint_value": 2.0}}, ["tempo.unparsed_endpoint_value"]),
+    ({"tempo": {"unparsed_endpoint": 2.0}}, ["tempo.unparsed_endpoint"]),
     ({"sampling": {"max_tokens": 500, "max_trajectory_tokens": 400}}, ["sampling.max_tokens"]),
-    ({"tempo": {"prefix_clip": [1.5, 2.0]}}, ["prefix_clip"]),
 ]
 
 

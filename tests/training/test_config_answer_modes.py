@@ -14,7 +14,6 @@ UNUSED = [
     ("sampling", "critic_temperature", 0.7),
     ("tempo", "error", "brier"),
     ("tempo", "critic_failure_reward", -0.5),
-    ("tempo", "td_critic_baseline", "none"),
 ]
 EXPECTED = {"sampling": {"critic_answer": "expected"}}
 
@@ -56,10 +55,10 @@ def test_defaults_and_the_main_job_validate_with_expected_answers() -> None:
 
 def test_every_unused_setting_is_named_at_once() -> None:
     data: dict[str, Any] = {"sampling": {"critic_answer": "expected", "critic_temperature": 0.5}}
-    data["tempo"] = {"error": "brier", "td_critic_baseline": "none"}
+    data["tempo"] = {"error": "brier"}
     with pytest.raises(ConfigError) as info:
         validate_config(data)
-    for field in ("sampling.critic_temperature", "tempo.error", "tempo.td_critic_baseline"):
+    for field in ("sampling.critic_temperature", "tempo.error"):
         assert f"{field} = " in str(info.value)
     assert "tempo.critic_failure_reward" not in str(info.value)
 

@@ -195,7 +195,7 @@ class SamplingConfig(_Model):
             "distribution restricted to the valid answers <value>v</value> of the warmstart.critic_format_levels "
             "grid: they always parse) or 'expected' (the state's value is the exact expectation over those "
             "answers, and the critic is trained by their log-loss against the target's two-hot weights, so "
-            "tempo.error, tempo.critic_failure_reward and tempo.td_critic_baseline do not apply); the last two "
+            "tempo.error and tempo.critic_failure_reward do not apply); the last two "
             "are for the local backend"
         ),
     )
@@ -342,64 +342,23 @@ class TempoConfig(_Model):
     r_max: float = Field(default=1.0, gt=0.0)
     error: Literal["l1", "brier"] = "l1"
     critic_failure_reward: float = Field(default=-1.0, le=0.0)
-    td_critic_baseline: Literal["group_mean", "none"] = Field(
-        default="group_mean",
-        description=(
-            "the baseline of the critic rewards c_k in TD updates: 'group_mean' (TEMPO) trains "
-            "B_k = c_k - mean_k c_k over the K samples of a state; 'none' trains B_k = c_k, the REINFORCE "
-            "gradient of the expected error (unbiased, more variance), so K samples that agree on a wrong value "
-            "still carry a gradient. The warm-up always centres"
-        ),
-    )
-    td_critic_weight: float = Field(
-        default=1.0,
-        gt=0.0,
-        le=1.0,
-        allow_inf_nan=False,
-        description=(
-            "w in (0, 1]: the critic samples' advantages in TD updates are w * B_k (the warm-up keeps w = 1), "
-            "like PPO's value-loss coefficient; actor and critic share the weights and the optimiser, so w sets "
-            "the critic's share of each TD optimiser step"
-        ),
-    )
-    unparsed_endpoint: Literal["drop", "substitute"] = Field(
+    unparsed_endpoint: Literal["drop"] | float = Field(
         default="drop",
         description=(
-            "an endpoint whose E critic samples all fail to parse: 'drop' the branch (counted) or "
-            "'substitute' unparsed_endpoint_value for V_hat; never a silent 0"
+            "an endpoint whose E critic samples all fail to parse: 'drop' the branch (counted in "
+            "critic/unparsed_endpoints) or a number in [0, tempo.r_max] used as its V_hat; never a silent 0"
         ),
     )
-    unparsed_endpoint_value: float = Field(default=0.0, ge=0.0, description="value used with 'substitute'")
     train_actor: bool = True
     train_critic: bool = True
     prefix_correction: Literal["off", "ratio", "clipped"] = Field(
         default="clipped",
-        description="weight branch advantages by the stale-prefix likelihood ratio (training.prefix_correction)",
-    )
-    prefix_clip: tuple[float, float] = Field(
-        default=(0.5, 2.0),
-        description="(low, high) bounds of the 'clipped' prefix ratio, 0 <= low <= 1 <= high",
-    )
-    segment_scaling: bool = Field(
-        default=False,
-        description="multiply actor advantages by M = max_rounds / macro_rounds (blog appendix)",
-    )
-    bootstrap_episode_limit: bool = Field(
-        default=False,
         description=(
-            "value a branch that hit the episode step limit (T, or the env's own truncation) with V_hat like a "
-            "macro-step boundary; default False: the task's step budget is spent, so nothing follows (value 0), "
-            "consistent with the Monte Carlo warm-up targets and evaluation"
+            "weight each branch's advantage by the likelihood ratio of its stored token prefix under the current "
+            "policy against the policy that sampled it: 'off' (weight 1), 'ratio' (the raw ratio) or 'clipped' "
+            "(the ratio clipped to [0.5, 2]); see tempo_rl.training.prefix_correction"
         ),
     )
-
-    @field_validator("prefix_clip")
-    @classmethod
-    def _check_prefix_clip(cls, value: tuple[float, float]) -> tuple[float, float]:
-        low, high = value
-        if not 0.0 <= low <= 1.0 <= high:  # NaN fails every comparison
-            raise ValueError(f"prefix_clip must satisfy 0 <= low <= 1 <= high, e.g. (0.5, 2.0); got {value}")
-        return value
 
 
 class GrpoConfig(_Model):
@@ -664,9 +623,10 @@ class TrainConfig(_Model):
             raise ValueError(
                 "optim.clip_low_threshold must be below optim.clip_high_threshold (ratio bounds, e.g. 0.8 and 1.2)"
             )
-        if t.unparsed_endpoint_value > t.r_max:
+        if t.unparsed_endpoint != "drop" and not 0.0 <= t.unparsed_endpoint <= t.r_max:
             raise ValueError(
-                f"tempo.unparsed_endpoint_value ({t.unparsed_endpoint_value}) must lie in [0, tempo.r_max={t.r_max}]"
+                f"tempo.unparsed_endpoint ({t.unparsed_endpoint}) must be 'drop' or a value in "
+                f"[0, tempo.r_max={t.r_max}]"
             )
         if self.sampling.critic_answer != "sampled" and self.backend.kind != "local":
             raise ValueError(
@@ -740,11 +700,6 @@ _SAMPLED_ANSWER_SETTINGS: tuple[tuple[str, str, str], ...] = (
         "tempo",
         "critic_failure_reward",
         "the reward of an unparsable sampled answer; every scored answer parses",
-    ),
-    (
-        "tempo",
-        "td_critic_baseline",
-        "the baseline of the sampled answers' rewards in TD; the log-loss has no rewards to centre",
     ),
 )
 

@@ -102,11 +102,10 @@ def warmup_actor_advantages(
 
 
 def bootstraps(branch: BranchResult, tempo: TempoConfig) -> bool:
-    """Whether a branch's endpoint is valued by the critic: always at a macro boundary; at the episode step
-    limit only with ``tempo.bootstrap_episode_limit`` (otherwise the step budget is spent: nothing follows)."""
-    return branch.end_reason == "macro_boundary" or (
-        branch.end_reason == "max_rounds" and tempo.bootstrap_episode_limit
-    )
+    """Whether a branch's endpoint is valued by the critic: at a macro boundary only. At the episode step limit
+    the task's step budget is spent, so nothing follows (value 0), as in the Monte Carlo warm-up targets and
+    evaluation."""
+    return branch.end_reason == "macro_boundary"
 
 
 def endpoint_values(
@@ -117,7 +116,7 @@ def endpoint_values(
 ) -> EndpointValues:
     """Assemble :class:`EndpointValues` from the branches and the E critic samples of each queried endpoint
     (``V_hat = mean of the parsed samples``; an endpoint with none is dropped or valued
-    ``tempo.unparsed_endpoint_value``, per ``tempo.unparsed_endpoint``)."""
+    ``tempo.unparsed_endpoint`` when that is a number)."""
     shape = (len(results), max((len(row) for row in results), default=0))
     seg, values = np.zeros(shape), np.zeros(shape)
     bootstrap, mask = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
@@ -136,7 +135,7 @@ def endpoint_values(
             if tempo.unparsed_endpoint == "drop":
                 mask[i, j] = False
                 continue
-            v = tempo.unparsed_endpoint_value
+            v = float(tempo.unparsed_endpoint)
         values[i, j] = v
     return EndpointValues(seg, values, bootstrap, mask, queried, unparsed)
 
@@ -507,8 +506,8 @@ class TempoTrainer(MacroStepTrainer):
         self, estimates: Sequence[CriticEstimates], targets: Sequence[float], *, td: bool
     ) -> tuple[list[Datum], float]:
         """The critic's Datums against ``targets`` and the degenerate-group rate (nothing when
-        ``tempo.train_critic`` is off). In TD the rewards are centred per ``tempo.td_critic_baseline`` and the
-        advantages scaled by ``tempo.td_critic_weight``; the warm-up always centres, at weight 1."""
+        ``tempo.train_critic`` is off). The rewards are centred over the K samples of each state (TEMPO's group
+        mean), at weight 1."""
         t = self.config.tempo
         if not t.train_critic:
             return [], math.nan
@@ -545,10 +544,9 @@ class TempoTrainer(MacroStepTrainer):
         )
 
     def critic_centring(self, *, td: bool) -> tuple[bool, float]:
-        """``(centred, weight)`` of the critic's advantages: in TD per ``tempo.td_critic_baseline`` and
-        ``tempo.td_critic_weight``; the warm-up always centres, at weight 1."""
-        t = self.config.tempo
-        return (t.td_critic_baseline == "group_mean", t.td_critic_weight) if td else (True, 1.0)
+        """``(centred, weight)`` of the critic's advantages: centred over the K samples of a state (TEMPO's
+        group mean), at weight 1, in the warm-up and in TD alike."""
+        return True, 1.0
 
     # --------------------------------------------------------------------------------------------- warm-up
 
