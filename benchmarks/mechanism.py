@@ -440,7 +440,6 @@ def make_config(
             "optim": {
                 "learning_rate": scale.learning_rate,
                 **({"critic_learning_rate": env.critic_learning_rate} if generative else {}),
-                "eps": 1e-6,
                 "grad_clip_norm": 1.0,
             },
             "warmstart": {

@@ -130,9 +130,8 @@ def test_every_invalid_field_combination_names_each_bad_field(combo: dict[str, A
 
 CROSS_FIELD = [
     ({"tempo": {"max_rounds": 50, "macro_rounds": 7}}, ["tempo.max_rounds", "tempo.macro_rounds"]),
-    ({"tempo": {"states_per_batch": 20, "branches": 4, "critic_samples": 4}}, ["tempo.states_per_batch"]),
-    ({"algorithm": "grpo", "grpo": {"games_per_batch": 64, "group_size": 4}}, ["grpo.games_per_batch"]),
-    ({"optim": {"clip_low_threshold": 1.5, "clip_high_threshold": 1.2}}, ["optim.clip_low_threshold"]),
+    ({"optim": {"ppo_clip": [1.5, 1.2]}}, ["optim.ppo_clip"]),
+    ({"optim": {"betas": [0.9, 1.0]}}, ["optim.betas"]),
     ({"tempo": {"unparsed_endpoint": 2.0}}, ["tempo.unparsed_endpoint"]),
     ({"sampling": {"max_tokens": 500, "max_trajectory_tokens": 400}}, ["sampling.max_tokens"]),
 ]

@@ -38,7 +38,6 @@ def test_toml_round_trip(tmp_path: Path) -> None:
     ("override", "field"),
     [
         ("tempo.max_rounds=45", "tempo.max_rounds"),  # T not a multiple of H
-        ("tempo.states_per_batch=20", "tempo.states_per_batch"),  # 20 x (4 + 4) = 160 > 128
         ("tempo.branches=1", "tempo.branches"),
         ("tempo.fresh_share=1.5", "tempo.fresh_share"),
         ('tempo.error="l2"', "tempo.error"),
@@ -53,15 +52,6 @@ def test_invalid_configs_name_the_field(override: str, field: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, [override])
     assert field in str(info.value)
-
-
-def test_batch_limit_message_explains_the_product() -> None:
-    with pytest.raises(
-        ConfigError, match=r"20 x \(4 \+ 4\) = 160 datums exceeds the backend's batch limit 128"
-    ):
-        load_config(None, ["tempo.states_per_batch=20"])
-    # a higher limit makes the same setting valid
-    load_config(None, ["tempo.states_per_batch=20", "optim.max_datums_per_update=160"])
 
 
 def test_t_multiple_of_h_message_suggests_a_fix() -> None:

@@ -679,7 +679,7 @@ class MacroStepTrainer(abc.ABC):
     def adam_params(self, critic: bool = False) -> AdamParams:
         """Adam settings from ``config.optim``; with ``critic`` (the critic's own weights) its step size is
         ``optim.critic_learning_rate`` where set."""
-        params = AdamParams.of(self.config.optim)
+        params = self.config.optim.adam()
         lr = self.config.optim.critic_learning_rate
         return replace(params, learning_rate=lr) if critic and lr is not None else params
 
@@ -687,7 +687,7 @@ class MacroStepTrainer(abc.ABC):
         """``loss_fn_config`` for PPO (ratio bounds); None for importance sampling."""
         o = self.config.optim
         if o.loss_fn == "ppo":
-            return {"clip_low_threshold": o.clip_low_threshold, "clip_high_threshold": o.clip_high_threshold}
+            return {"clip_low_threshold": o.ppo_clip[0], "clip_high_threshold": o.ppo_clip[1]}
         return None
 
     def by_loss(self, datums: Sequence[Datum]) -> list[tuple[list[Datum], LossFn, dict[str, float] | None]]:

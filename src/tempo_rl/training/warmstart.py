@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tempo_rl.backends.types import AdamParams, Datum
+from tempo_rl.backends.types import Datum
 from tempo_rl.critic.base import CriticQuery
 from tempo_rl.critic.levels import format_level
 from tempo_rl.envs.snapshot import EnvSpec
@@ -290,14 +290,7 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
         )
     datums = balance_actions(datums) if ws.balance_actions else [_strip_labels(d) for d in datums]
     build_s = time.perf_counter() - t0
-    adam = AdamParams(
-        learning_rate=ws.learning_rate,
-        beta1=cfg.optim.beta1,
-        beta2=cfg.optim.beta2,
-        eps=cfg.optim.eps,
-        weight_decay=cfg.optim.weight_decay,
-        grad_clip_norm=cfg.optim.grad_clip_norm,
-    )
+    adam = cfg.optim.adam(ws.learning_rate)
     losses: list[float] = []
     steps = 0
     total = ws.epochs * math.ceil(len(datums) / ws.batch_size)  # the optimiser steps the loops below take
