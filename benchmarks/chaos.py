@@ -48,7 +48,7 @@ CONFIG: dict[str, Any] = {
     },
     "optim": {"learning_rate": 1e-3},
     "workers": {"step_timeout_s": 0.3},
-    "run": {"console": False, "min_free_disk_mb": 1},
+    "run": {"loggers": [], "min_free_disk_mb": 1},
 }
 
 

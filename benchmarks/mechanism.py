@@ -462,7 +462,7 @@ def make_config(
             "run": {
                 "run_dir": str(run_dir),
                 "seed": seed,
-                "console": False,
+                "loggers": [],
                 "save_trajectories": False,
                 "eval_every": 0,  # the benchmark evaluates at its own env-step marks
                 "eval_episodes": scale.eval_episodes,

@@ -104,7 +104,7 @@ def training_config(quick: bool) -> dict[str, Any]:
             "balance_actions": True,
             "critic_format_share": 0.25,
         },
-        "run": {"console": not quick},
+        "run": {"loggers": [] if quick else ["console"]},
     }
 
 

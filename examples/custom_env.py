@@ -124,7 +124,7 @@ def training_config(quick: bool) -> dict[str, object]:
             "balance_actions": True,
             "critic_format_share": 0.25,
         },
-        "run": {"console": not quick},
+        "run": {"loggers": [] if quick else ["console"]},
     }
 
 

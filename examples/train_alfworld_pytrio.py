@@ -128,7 +128,7 @@ def training_config(data: str, args: argparse.Namespace) -> dict[str, Any]:
         },
         # supervised warm start on expert walkthroughs (cross-entropy through the same backend) before RL
         "warmstart": {"enabled": quick, "episodes": 4, "batch_size": 4},
-        "run": {"console": not quick, "swanlab": args.swanlab},
+        "run": {"loggers": ([] if quick else ["console"]) + (["swanlab"] if args.swanlab else [])},
     }
 
 

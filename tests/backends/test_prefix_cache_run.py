@@ -50,7 +50,7 @@ show_remaining_steps = false
 enabled = false
 
 [run]
-console = false
+loggers = []
 checkpoint_every = 10
 eval_every = 0
 """

@@ -290,7 +290,7 @@ batch_size = 4
 learning_rate = 3e-3
 
 [run]
-console = false
+loggers = []
 checkpoint_every = 1
 """
 

@@ -171,7 +171,7 @@ def test_a_gigpo_run_trains_through_the_tinker_client(tmp_path: Any, monkeypatch
             "warmstart.epochs=10",
             "warmstart.batch_size=4",
             "warmstart.learning_rate=3e-3",
-            "run.console=false",
+            "run.loggers=[]",
         ],
     )
     try:

@@ -55,7 +55,7 @@ learning_rate = 1e-3
 step_timeout_s = 5.0
 
 [run]
-console = false
+loggers = []
 checkpoint_every = 1
 min_free_disk_mb = 1
 """

@@ -37,6 +37,8 @@ def _invalid_values(annotation: Any, field: Any) -> list[Any]:
     args = typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):  # X | None: what is invalid for X (None is valid)
         inner = [a for a in args if a is not type(None)]
+        if set(inner) == {bool, str}:  # a switch or an address
+            return [123, ["x"]]
         return _invalid_values(inner[0], field) if len(inner) == 1 else ["not-a-value"]
     if origin is Literal:
         return ["not-" + "-".join(map(str, args)), 12345]
@@ -66,6 +68,8 @@ def _invalid_values(annotation: Any, field: Any) -> list[Any]:
         return bad
     if origin is tuple:
         return ["x", [0.1], [2.0, 0.5], [-1.0, 2.0]]
+    if origin is list:
+        return ["not-a-list", ["not-an-item"], 3]
     if origin is dict or annotation is dict:
         return ["not-a-table", 3, ["a"]]
     raise AssertionError(f"no invalid values known for {annotation!r}: extend _invalid_values")

@@ -30,7 +30,7 @@ def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _config(min_free_mb: float = 1.0) -> TrainConfig:
-    return TrainConfig.model_validate({"run": {"console": False, "min_free_disk_mb": min_free_mb}})
+    return TrainConfig.model_validate({"run": {"loggers": [], "min_free_disk_mb": min_free_mb}})
 
 
 def test_a_run_dir_below_a_file_is_refused(tmp_path: Path, no_training: None) -> None:

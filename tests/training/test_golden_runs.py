@@ -159,7 +159,7 @@ episodes = 4
 batch_size = 4
 
 [run]
-console = false
+loggers = []
 checkpoint_every = 2
 eval_every = 3
 eval_episodes = 2

@@ -43,7 +43,7 @@ RAY_RUN = [
     "sampling.critic_max_prompt_tokens=400",
     "sampling.max_trajectory_tokens=1200",
     "warmstart.enabled=false",
-    "run.console=false",
+    "run.loggers=[]",
 ]
 
 

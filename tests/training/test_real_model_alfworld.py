@@ -79,7 +79,7 @@ critic_format_share = 1.0
 learning_rate = 1e-4
 
 [run]
-console = false
+loggers = []
 checkpoint_every = 1
 """
 

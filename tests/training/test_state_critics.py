@@ -281,7 +281,7 @@ show_remaining_steps = false
 enabled = false
 
 [run]
-console = false
+loggers = []
 eval_every = 0
 """
 

@@ -63,7 +63,7 @@ episodes = 4
 batch_size = 4
 
 [run]
-console = false
+loggers = []
 checkpoint_every = 1
 """
 

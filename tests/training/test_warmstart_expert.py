@@ -51,7 +51,7 @@ noise = 0.1
 critic_format_share = 0.0
 
 [run]
-console = false
+loggers = []
 """
 
 

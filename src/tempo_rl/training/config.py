@@ -560,22 +560,19 @@ class WorkersConfig(_Model):
     built and reset there, a restore starts N actors that each replay and verify the snapshot in parallel, and
     steps are awaited with the ``step_timeout_s`` deadline (a hung actor is killed for real and replaced). The
     rollout code is the same for both. Ray is initialised on first use unless it already is (call
-    ``ray.init(...)`` yourself to choose resources); ``ray_address`` joins an existing cluster. Envs must be
+    ``ray.init(...)`` yourself to choose resources); ``ray = "ADDRESS"`` joins an existing cluster. Envs must be
     registered where the actors run: built-in envs are; a custom env must be registered when its module is
     imported (``tempo_rl.envs.register`` at import time of an installed module).
     """
 
     max_workers: int = Field(default=8, ge=1, description="env calls in flight at once")
     step_timeout_s: float = Field(default=60.0, gt=0.0, description="deadline of one env call (seconds)")
-    ray: bool = Field(default=False, description="envs in Ray actors (the ray extra) instead of threads")
-    ray_address: str | None = Field(
-        default=None, description='ray.init(address=...) when Ray is not initialised yet (e.g. "auto")'
-    )
-    ray_num_cpus_per_env: float = Field(
-        default=0.0, ge=0.0, description="CPUs Ray reserves per env actor (0: light envs share cores)"
-    )
-    ray_start_timeout_s: float = Field(
-        default=120.0, gt=0.0, description="deadline to start an env actor and build or restore its env (s)"
+    ray: bool | str = Field(
+        default=False,
+        description=(
+            "false: envs on threads in this process; true: each env in its own Ray actor (the ray extra), Ray "
+            'started here unless it already is; a string: the address of a Ray cluster to join (e.g. "auto")'
+        ),
     )
 
 
@@ -593,10 +590,14 @@ class RunConfig(_Model):
         "(from run.seed and the updates done), so it leaves the training samples unchanged",
     )
     eval_episodes: int = Field(default=16, ge=1, description="evaluation games (env.eval_seed_start + j)")
-    console: bool = True
-    swanlab: bool = False
-    wandb: bool = False
-    project: str | None = None
+    loggers: list[Literal["console", "swanlab", "wandb"]] = Field(
+        default_factory=lambda: ["console"],
+        description=(
+            "where metrics go besides RUN_DIR/metrics.jsonl (always written): 'console' (a progress bar and a "
+            "line per update), 'swanlab' and 'wandb' (the swanlab / wandb extras); [] for none"
+        ),
+    )
+    project: str | None = Field(default=None, description="the SwanLab / W&B project name (None: tempo-rl)")
     min_free_disk_mb: float = Field(
         default=100.0, ge=0.0, description="refuse to start (or resume) with less free disk in run_dir (MiB)"
     )

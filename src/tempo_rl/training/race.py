@@ -59,7 +59,7 @@ def arm_config(config: TrainConfig, algorithm: str, run_dir: Path) -> TrainConfi
             "algorithm": algorithm,
             "tempo": config.tempo.model_copy(update={"td_updates": 1_000_000}),
             "grpo": config.grpo.model_copy(update={"updates": 1_000_000}),
-            "run": config.run.model_copy(update={"run_dir": str(run_dir), "eval_every": 0, "console": False}),
+            "run": config.run.model_copy(update={"run_dir": str(run_dir), "eval_every": 0, "loggers": []}),
         },
         deep=True,
     )

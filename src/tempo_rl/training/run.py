@@ -162,9 +162,8 @@ def env_workers(
         ray_pool = RayEnvWorkerPool(
             max_workers=w.max_workers,
             step_timeout_s=w.step_timeout_s,
-            num_cpus_per_env=w.ray_num_cpus_per_env,
-            start_timeout_s=w.ray_start_timeout_s,
-            init_kwargs={"address": w.ray_address} if w.ray_address else None,
+            start_timeout_s=max(120.0, 2 * w.step_timeout_s),
+            init_kwargs={"address": w.ray} if isinstance(w.ray, str) else None,
         )
 
         def restore_remote(snapshot: Snapshot, n: int) -> list[Any]:
@@ -344,7 +343,7 @@ def train_run(
         resume: continue from the newest verified checkpoint.
         overrides: ``key=value`` overrides applied on resume (e.g. more ``tempo.td_updates``).
         max_updates: stop after this many updates (tests; the run stays resumable).
-        console: print progress (default: ``config.run.console``).
+        console: print progress (default: ``"console"`` in ``config.run.loggers``).
         service_client: PyTRIO / Tinker only: use this ``ServiceClient`` (e.g. a recording stub).
         overwrite: a new run into a directory that holds one moves the old run aside to
             ``<run_dir>.replaced-<UTC time>`` first (:func:`~tempo_rl.training.rundir.move_aside`).
@@ -406,7 +405,7 @@ def _train_locked(
 ) -> dict[str, Any]:
     """:func:`train_run` once the lock is held. A resume's ``changes`` are recorded: ``config.toml`` is
     rewritten with them, and the next metrics record carries each as ``resume/<setting>`` (its new value)."""
-    show = config.run.console if console is None else console
+    show = "console" in config.run.loggers if console is None else console
     state: TrainerState | None = None
     backend_state: str | None = None
     critic_backend_state: str | None = None
@@ -440,7 +439,7 @@ def _train_locked(
                 file=sys.stderr,
                 flush=True,
             )
-    recorded = {f"resume/{c.key}": float(c.new) for c in changes}
+    recorded = {f"resume/{c.key}": float(c.new) for c in changes if isinstance(c.new, int | float)}
 
     from tempo_rl.training.metrics import MetricsLogger
 
@@ -449,8 +448,8 @@ def _train_locked(
             atomic_write_text(run_path / CONFIG_FILE, config.to_toml())
         logger = MetricsLogger(
             run_path,
-            swanlab=config.run.swanlab,
-            wandb=config.run.wandb,
+            swanlab="swanlab" in config.run.loggers,
+            wandb="wandb" in config.run.loggers,
             project=config.run.project,
             console=show,
         )

@@ -436,7 +436,7 @@ def prepare_resume(run_dir: Path) -> ResumePoint:
 RESUME_SETTINGS: dict[str, str] = {
     "tempo.td_updates": "extend",
     "grpo.updates": "extend",
-    "run.console": "how",
+    "run.loggers": "how",
     "run.checkpoint_every": "how",
     "run.min_free_disk_mb": "how",
     "workers.step_timeout_s": "how",
