@@ -101,8 +101,6 @@ def training_config(quick: bool) -> dict[str, Any]:
             "epochs": 3,
             "batch_size": 4,
             "learning_rate": 3e-3,
-            "balance_actions": True,
-            "critic_format_share": 0.25,
         },
         "run": {"loggers": [] if quick else ["console"]},
     }

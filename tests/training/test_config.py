@@ -72,18 +72,6 @@ def test_a_critic_of_its_own_needs_the_local_backend_and_the_generative_critic()
         load_config(None, ['tempo.critic_weights="separate"'])
 
 
-def test_a_critic_learning_rate_needs_a_critic_of_its_own() -> None:
-    own = ['tempo.critic_weights="own"', "optim.critic_learning_rate=3e-3"]
-    assert load_config(None, own).optim.critic_learning_rate == 3e-3
-    assert TrainConfig().optim.critic_learning_rate is None  # the actor's step size
-    with pytest.raises(
-        ConfigError, match=r"tempo.critic_weights = 'shared'.*set tempo.critic_weights = 'own'"
-    ):
-        load_config(None, ["optim.critic_learning_rate=3e-3"])
-    with pytest.raises(ConfigError, match=r"optim\.critic_learning_rate"):
-        load_config(None, [*own[:1], "optim.critic_learning_rate=0"])
-
-
 def test_warmup_replay_needs_the_log_loss_critic() -> None:
     replay = ["tempo.warmup_replay=true"]
     assert load_config(None, [*replay, 'sampling.critic_answer="expected"']).tempo.warmup_replay

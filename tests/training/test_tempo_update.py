@@ -251,12 +251,9 @@ def test_tempo_runs_its_td_updates_after_an_early_hand_over():
     assert logged[0][1]["tempo/handover"] == 1.0 and logged[0][1]["tempo/handover_at_cap"] == 0.0
 
 
-def test_warmup_state_stride_gives_the_critic_every_round_and_the_store_every_h():
+def test_warmup_states_every_round_go_to_the_critic_and_every_h_to_the_store():
     cfg = tiny_config(
-        "tempo.warmup_updates=1",
-        "tempo.td_updates=0",
-        "tempo.warmup_state_stride=1",
-        "tempo.warmup_states_per_episode=100",  # more than an episode has: all of them
+        "tempo.warmup_updates=1", "tempo.td_updates=0", 'tempo.warmup_states_per_episode="every_round"'
     )
     trainer, _sampler, _training, trajectories, _ = _trainer(cfg, p_right=0.5, undecided=0.5)
     metrics = asyncio.run(trainer.warmup_update(0))

@@ -48,7 +48,6 @@ max_trajectory_tokens = 4000
 [warmstart]
 enabled = true
 noise = 0.1
-critic_format_share = 0.0
 
 [run]
 loggers = []
@@ -136,7 +135,7 @@ def test_recovering_needs_an_expert_action(tmp_path: Path, monkeypatch: pytest.M
 def test_warmstart_expert_is_validated(tmp_path: Path) -> None:
     path = tmp_path / "cfg.toml"
     path.write_text(CONFIG)
-    assert load_config(path).warmstart.expert == "walkthrough"  # the library default
+    assert load_config(path).warmstart.expert == "recovering"  # the library default (measured best)
     with pytest.raises(ConfigError, match="expert"):
         load_config(path, ['warmstart.expert="dagger"'])
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-__all__ = ["NoGamesError", "find_games"]
+__all__ = ["GAME_KWARG", "NoGamesError", "find_games"]
+
+#: the env constructor keyword that takes a game file (``env.games_dir``): an env built from game files names
+#: its argument ``game_file``
+GAME_KWARG = "game_file"
 
 
 class NoGamesError(FileNotFoundError):

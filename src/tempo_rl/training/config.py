@@ -38,10 +38,12 @@ from pydantic import (
 
 from tempo_rl.backends.config import BackendConfig, LocalBackendConfig
 from tempo_rl.backends.types import AdamParams, SamplingParams
+from tempo_rl.envs.games import GAME_KWARG
 from tempo_rl.envs.snapshot import EnvSpec
 
 __all__ = [
     "ADAM_EPS",
+    "CRITIC_LEVELS",
     "ConfigError",
     "EnvConfig",
     "GigpoConfig",
@@ -62,10 +64,18 @@ __all__ = [
 ]
 
 
+#: The critic's answer grid: L evenly spaced values of [0, R_max]; with 2 each answer is one binary token and
+#: the expected-answer critic's V_hat is the probability of R_max (measured against 11 levels: docs/concepts.md)
+CRITIC_LEVELS = 2
+
 #: Adam's epsilon: a weight's step is lr * m_hat / (sqrt(v_hat) + eps), so a weight whose gradient RMS is far
 #: below eps moves by much less than lr. Measured on the main job against the services' 1e-12, which moves every
 #: weight by about lr however faint its gradient: at 1e-12 one seed's learnt walk broke for good (docs/results.md)
 ADAM_EPS = 1e-6
+
+
+#: a metrics sink of ``run.loggers``
+Logger = Literal["console", "swanlab", "wandb"]
 
 
 class ConfigError(ValueError):
@@ -93,7 +103,8 @@ class EnvConfig(_Model):
     """Which environment to train on and which reset seeds count as training / evaluation games.
 
     Fresh episode starts use seeds ``train_seed_start + i`` (``i`` cycles through ``num_train_seeds`` when set,
-    else grows without bound); evaluation uses ``eval_seed_start + j`` for ``j < num_eval_seeds``.
+    else grows without bound); evaluation uses ``eval_seed_start + j`` for ``j < run.eval_episodes``. With
+    ``games_dir`` each game is a file, passed to the env as its ``game_file`` keyword argument.
     """
 
     name: str = Field(default="keydoor", min_length=1, description="registered env name (tempo_rl.envs)")
@@ -101,11 +112,9 @@ class EnvConfig(_Model):
     train_seed_start: int = Field(default=0, ge=0)
     num_train_seeds: int | None = Field(default=None, ge=1)
     eval_seed_start: int = Field(default=1_000_000, ge=0)
-    num_eval_seeds: int = Field(default=32, ge=1)
     games_dir: str | None = Field(default=None, description="folder of game files (one env per file)")
     eval_games_dir: str | None = Field(default=None, description="folder of evaluation game files")
     games_glob: str = Field(default="**/game.tw-pddl", description="which files in games_dir are games")
-    game_kwarg: str = Field(default="game_file", description="the env keyword that takes a game file")
     invalid_action_penalty: float = Field(
         default=0.0,
         ge=0.0,
@@ -144,15 +153,13 @@ class EnvConfig(_Model):
         """``(spec, seed)`` of the ``index``-th fresh training game.
 
         With ``games_dir`` the game is file ``index mod n`` of the sorted matches of ``games_glob`` there, passed
-        as ``kwargs[game_kwarg]``; otherwise every game is ``spec()`` and the seed picks the instance.
+        as ``kwargs["game_file"]``; otherwise every game is ``spec()`` and the seed picks the instance.
         """
         seed = self.train_seed(index)
         if self.games_dir is None:
             return self.spec(), seed
         files = self._game_files(self.games_dir)
-        return EnvSpec(
-            name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}
-        ), seed
+        return EnvSpec(name=self.name, kwargs={**self.kwargs, GAME_KWARG: files[index % len(files)]}), seed
 
     def eval_game(self, index: int) -> tuple[EnvSpec, int]:
         """``(spec, seed)`` of the ``index``-th evaluation game (``eval_games_dir`` or seeds from
@@ -162,45 +169,24 @@ class EnvConfig(_Model):
         if folder is None:
             return self.spec(), seed
         files = self._game_files(folder)
-        return EnvSpec(
-            name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}
-        ), seed
+        return EnvSpec(name=self.name, kwargs={**self.kwargs, GAME_KWARG: files[index % len(files)]}), seed
 
 
 class SamplingConfig(_Model):
     """Sampling settings of the actor and the critic (token counts are model tokens)."""
 
     temperature: float = Field(default=1.0, gt=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per actor turn")
     critic_temperature: float = Field(default=1.0, gt=0.0)
     critic_max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per critic estimate")
     critic_max_prompt_tokens: int = Field(default=8192, ge=16)
-    critic_history_turns: int | None = Field(
-        default=None,
-        ge=0,
-        description=(
-            "show the generative critic only the last this many (action, observation) turns of the "
-            "interaction, besides the initial observation (None: all; 1: the last action and the current "
-            "observation). For an env whose current observation and privileged state describe the state, older "
-            "turns only cost prefill and offer the critic features that do not decide the value"
-        ),
-    )
-    critic_answer_prefix: str = Field(
-        default="",
-        description=(
-            "text the critic's turn starts with, written into its prompt (e.g. '<value>': the model then "
-            "samples only the number and '</value>', and cannot reason first); leave empty for a critic that "
-            "should reason"
-        ),
-    )
     critic_answer: Literal["sampled", "constrained", "expected"] = Field(
         default="sampled",
         description=(
             "how the critic answers (tempo_rl.critic.generative): 'sampled' (free completions, strictly parsed; "
             "the only mode of remote backends), 'constrained' (the K answers are drawn from the model's "
-            "distribution restricted to the valid answers <value>v</value> of the warmstart.critic_format_levels "
-            "grid: they always parse) or 'expected' (the state's value is the exact expectation over those "
+            "distribution restricted to the valid answers <value>v</value> of the binary "
+            "grid {0, R_max}: they always parse) or 'expected' (the state's value is the exact expectation over those "
             "answers, and the critic is trained by their log-loss against the target's two-hot weights, so "
             "tempo.error and tempo.critic_failure_reward do not apply); the last two "
             "are for the local backend"
@@ -218,11 +204,11 @@ class SamplingConfig(_Model):
         self, stop: tuple[int, ...] | None, *, temperature: float | None = None, seed: int | None = None
     ) -> SamplingParams:
         """The actor's :class:`~tempo_rl.backends.types.SamplingParams` for one assistant turn (``max_tokens``,
-        ``temperature`` unless given, ``top_p``), stopping at ``stop`` (the tokenizer's EOS)."""
+        ``temperature`` unless given; top-p 1: RL samples from the whole distribution), stopping at ``stop``
+        (the tokenizer's EOS)."""
         return SamplingParams(
             max_tokens=self.max_tokens,
             temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p,
             seed=seed,
             stop=stop,
         )
@@ -244,8 +230,8 @@ class TempoConfig(_Model):
         default="generative",
         description=(
             "who values states: 'generative' (TEMPO: the policy model prompted as a value estimator, trained "
-            "with the actor), 'oracle' (the env's exact optimal value V*, ReplayableEnv.oracle_value, with "
-            "optional noise: does the setup learn with a perfect critic?) or 'monte_carlo' (VinePPO: the mean "
+            "with the actor), 'oracle' (the env's exact optimal value V*, ReplayableEnv.oracle_value: does the "
+            "setup learn with a perfect critic?) or 'monte_carlo' (VinePPO: the mean "
             "return of critic_rollouts policy rollouts from the restored state; their env steps and tokens are "
             "extra cost). The last two are not trained"
         ),
@@ -258,19 +244,6 @@ class TempoConfig(_Model):
             "from the warm-started weights: critic Datums step only its weights and actor Datums only the "
             "actor's, so the critic's steps cannot move the policy). 'own' needs the local backend"
         ),
-    )
-    oracle_flip_prob: float = Field(
-        default=0.0,
-        ge=0.0,
-        le=1.0,
-        description="oracle critic: probability that one estimate is R_max - V* instead of V* (binary values)",
-    )
-    oracle_noise_sigma: float = Field(
-        default=0.0,
-        ge=0.0,
-        allow_inf_nan=False,
-        description="oracle critic: standard deviation of Gaussian noise added to each estimate, then clipped "
-        "to [0, R_max] (R_max units)",
     )
     critic_rollouts: int = Field(
         default=4, ge=1, description="M, monte_carlo critic: policy rollouts averaged per valued state"
@@ -327,22 +300,13 @@ class TempoConfig(_Model):
             "policy-gradient Datums do not)"
         ),
     )
-    warmup_states_per_episode: int | None = Field(
+    warmup_states_per_episode: int | Literal["every_round"] = Field(
         default=2,
-        ge=1,
         description=(
-            "critic states (rounds S, 2S, ... with S = tempo.warmup_state_stride) kept per warm-up episode "
-            "(None = all); equal weight per episode; each game's start state is added once, against the mean "
-            "of its branches' returns"
-        ),
-    )
-    warmup_state_stride: int | None = Field(
-        default=None,
-        ge=1,
-        description=(
-            "S: a warm-up episode offers the critic its states every S rounds (None = H, the macro-step "
-            "boundaries; 1 = every round: about H times the Monte Carlo examples from the same env steps). "
-            "The store still receives the states every H rounds only: TD segments start there"
+            "critic states per warm-up episode: at most this many (>= 1) of its macro-step boundaries (rounds H, "
+            "2H, ..., drawn uniformly; equal weight per episode), or 'every_round': every round of the episode "
+            "(one Monte Carlo example per env step). Each game's start state is added once, against the mean of its "
+            "branches' returns; the store receives the boundaries every H rounds either way"
         ),
     )
     td_updates: int = Field(default=40, ge=0)
@@ -366,6 +330,13 @@ class TempoConfig(_Model):
             "(the ratio clipped to [0.5, 2]); see tempo_rl.training.prefix_correction"
         ),
     )
+
+    @field_validator("warmup_states_per_episode")
+    @classmethod
+    def _check_states_per_episode(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"must be at least 1 or 'every_round'; got {value}")
+        return value
 
 
 class GrpoConfig(_Model):
@@ -396,15 +367,6 @@ class OptimConfig(_Model):
     """Adam (PyTRIO names), the policy loss and how a batch is split into ``forward_backward`` calls."""
 
     learning_rate: float = Field(default=1e-6, gt=0.0)
-    critic_learning_rate: float | None = Field(
-        default=None,
-        gt=0.0,
-        description=(
-            "Adam's step size for the generative critic's own weights (tempo.critic_weights = 'own'): its "
-            "Datums carry a log-loss on one answer token, not the actor's policy gradient, so the two need not "
-            "share a step size; None = learning_rate"
-        ),
-    )
     betas: tuple[float, float] = Field(
         default=(0.9, 0.95),
         description=(
@@ -436,7 +398,6 @@ class OptimConfig(_Model):
             "the policy version, still changes once per update"
         ),
     )
-
 
     @field_validator("betas")
     @classmethod
@@ -496,57 +457,34 @@ class StoreConfig(_Model):
 
 
 class WarmStartConfig(_Model):
-    """Optional supervised warm start of the actor on expert walkthroughs (cross-entropy), before RL."""
+    """Optional supervised warm start on expert demonstrations (cross-entropy), before RL.
+
+    Every demonstration also teaches the critic its answer format: one example answer ``<value>v</value>`` at a
+    random state of the demo, with ``v`` drawn from the critic's binary grid {0, R_max}
+    (:data:`CRITIC_LEVELS`). Each distinct expert action gets the same total weight, so rare decisive actions
+    count."""
 
     enabled: bool = False
     episodes: int = Field(default=500, ge=1, description="demonstrations (one per training seed)")
     noise: float = Field(default=0.3, ge=0.0, le=1.0, description="probability of a random admissible action")
     expert: Literal["walkthrough", "recovering"] = Field(
-        default="walkthrough",
+        default="recovering",
         description=(
-            "who the demonstrations imitate: 'walkthrough' (the reset-state walkthrough; a demo stops where a "
-            "noisy step makes its next action inadmissible) or 'recovering' (ReplayableEnv.expert_action() at "
-            "every step: after a noisy step the expert recovers from where it is, and a demo stops only when the "
-            "episode ends or can no longer be won). At long horizons the walkthrough's demos rarely get far: "
-            "benchmarks/warmstart_demos.py measures both"
+            "who the demonstrations imitate: 'recovering' (ReplayableEnv.expert_action() at every step: after a "
+            "noisy step the expert recovers from where it is, and a demo stops only when the episode ends or can "
+            "no longer be won) or 'walkthrough' (the reset-state walkthrough, for envs without expert_action(); "
+            "a demo stops where a noisy step makes its next action inadmissible)"
         ),
     )
     epochs: int = Field(default=1, ge=1)
     batch_size: int = Field(default=32, ge=1)
     learning_rate: float = Field(default=5e-4, gt=0.0)
-    cooldown: float = Field(
-        default=0.0,
-        ge=0.0,
-        le=1.0,
-        description=(
-            "share of the warm start's optimiser steps, at the end, over which the step size falls linearly "
-            "from learning_rate towards 0 (tempo_rl.training.warmstart.cooldown_learning_rate); 0: constant. "
-            "A choice the demos leave undecided (KeyDoor's key colour under independent locks) otherwise ends "
-            "where the last Adam steps pushed it"
-        ),
-    )
-    balance_actions: bool = Field(
-        default=True, description="weight each distinct expert action equally (rare decisive actions count)"
-    )
     env_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description=(
             "env kwargs the demonstration games use instead of env.kwargs' (merged over them), e.g. "
             '{ lock_colour = "independent" } for KeyDoor: the demos teach the walk and no key preference, so what '
             "the actor learns about keys comes from RL"
-        ),
-    )
-    critic_format_share: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="share of demos that add one critic answer-format example"
-    )
-    critic_format_levels: int = Field(
-        default=11,
-        ge=2,
-        le=101,
-        description=(
-            "the format examples' values are drawn uniformly from this many evenly spaced levels of [0, R_max] "
-            "(11: 0, 0.1, ..., 1; 2: only 0 and R_max, so each critic sample is one binary token and V_hat, "
-            "the mean of K or E samples, estimates the success probability)"
         ),
     )
 
@@ -589,9 +527,13 @@ class RunConfig(_Model):
         description="updates between evaluations (0 = never); evaluation samples with a seed of its own "
         "(from run.seed and the updates done), so it leaves the training samples unchanged",
     )
-    eval_episodes: int = Field(default=16, ge=1, description="evaluation games (env.eval_seed_start + j)")
-    loggers: list[Literal["console", "swanlab", "wandb"]] = Field(
-        default_factory=lambda: ["console"],
+    eval_episodes: int = Field(
+        default=16,
+        ge=1,
+        description="held-out games per evaluation: env.eval_seed_start + j, or the files of env.eval_games_dir",
+    )
+    loggers: list[Logger] = Field(
+        default_factory=lambda: list[Logger](["console"]),
         description=(
             "where metrics go besides RUN_DIR/metrics.jsonl (always written): 'console' (a progress bar and a "
             "line per update), 'swanlab' and 'wandb' (the swanlab / wandb extras); [] for none"
@@ -655,13 +597,6 @@ class TrainConfig(_Model):
                 "tempo.critic_weights = 'own' trains a second copy of the model as the generative critic; it "
                 f"needs backend.kind = 'local' (got {self.backend.kind!r}) and tempo.critic = 'generative' "
                 f"(got {t.critic!r}): set tempo.critic_weights = 'shared'"
-            )
-        if self.optim.critic_learning_rate is not None and t.critic_weights != "own":
-            raise ValueError(
-                "optim.critic_learning_rate is the step size of the critic's own weights, but "
-                f"tempo.critic_weights = {t.critic_weights!r}: one model answers as actor and critic and takes "
-                "one step size (optim.learning_rate); set tempo.critic_weights = 'own' or drop "
-                "optim.critic_learning_rate"
             )
         if t.warmup_replay and (self.sampling.critic_answer != "expected" or t.critic != "generative"):
             raise ValueError(

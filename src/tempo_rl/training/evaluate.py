@@ -379,7 +379,7 @@ def evaluate_run(
     Args:
         run_dir: a run directory made by ``tempo-rl train``.
         games: the games (default: the config's evaluation seeds, ``env.eval_seed_start + j``).
-        episodes: with the default games, how many (default ``env.num_eval_seeds``).
+        episodes: with the default games, how many (default ``run.eval_episodes``).
         temperature: sampling temperature (default ``sampling.eval_temperature``).
         out_dir: where to write (default ``run_dir/eval/update-<N>``).
         batch_size: games played concurrently.
@@ -423,7 +423,7 @@ def evaluate_run(
     )
     try:
         if games is None:
-            n = episodes if episodes is not None else config.env.num_eval_seeds
+            n = episodes if episodes is not None else config.run.eval_episodes
             seeds = [config.env.eval_seed_start + j for j in range(n)]
             games = seed_games(config.env.spec(), seeds)
         temp = temperature if temperature is not None else config.sampling.eval_temperature

@@ -28,10 +28,11 @@ from tempo_rl.envs.snapshot import EnvSpec, Snapshot
 from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.tool_call import ToolCallParser
 from tempo_rl.training.checkpoint import atomic_write_text, save_checkpoint
-from tempo_rl.training.config import ConfigError, TrainConfig, load_config
+from tempo_rl.training.config import CRITIC_LEVELS, ConfigError, TrainConfig, load_config
 from tempo_rl.training.corpus import env_corpus
 from tempo_rl.training.critics import state_critic
 from tempo_rl.training.env_calls import FORK_CACHE_LOCK, locked_restore_branches, make_env_at_reset
+from tempo_rl.training.options import TrainerOptions
 from tempo_rl.training.preflight import preflight
 from tempo_rl.training.rundir import (
     CONFIG_FILE,
@@ -182,7 +183,7 @@ def env_workers(
     return pool, make_env_at_reset, restore_local, cache
 
 
-def _warn_token_budgets(config: TrainConfig, tokenizer: Any) -> None:
+def _warn_token_budgets(config: TrainConfig, tokenizer: Any, options: TrainerOptions | None = None) -> None:
     """Warn when a turn budget cannot hold the shortest valid answer in this tokenizer (a real tokenizer
     splits the tags into several tokens); see :mod:`tempo_rl.rollout.budgets`."""
     import warnings
@@ -194,7 +195,7 @@ def _warn_token_budgets(config: TrainConfig, tokenizer: Any) -> None:
         tokenizer,
         max_tokens=s.max_tokens,
         critic_max_tokens=s.critic_max_tokens,
-        critic_answer_prefix=s.critic_answer_prefix,
+        critic_answer_prefix=(options or TrainerOptions()).critic_answer_prefix,
         generative_critic=config.algorithm == "tempo" and config.tempo.critic == "generative",
     ):
         warnings.warn(problem, TokenBudgetWarning, stacklevel=3)
@@ -212,6 +213,7 @@ def build_trainer(
     service_client: Any = None,
     critic_backend_state: str | None = None,
     store: StateStore | None = None,
+    options: TrainerOptions | None = None,
 ) -> MacroStepTrainer:
     """Build the configured trainer with all its components (clients, critic, store, pool) in ``run_dir``.
 
@@ -220,8 +222,10 @@ def build_trainer(
     holds the critic's weights: from ``critic_backend_state`` (a resume), else from ``backend_state`` like the
     actor's (a fresh run's warm start then copies the policy into it: :meth:`MacroStepTrainer.copy_policy_to_critic`).
     ``store`` replaces the run's state store (``RUN_DIR/store.sqlite``, opened for writing), e.g. with an
-    in-memory one for a command that must not write the run (``tempo-rl eval``).
+    in-memory one for a command that must not write the run (``tempo-rl eval``). ``options`` are the
+    settings beyond the config that code may pass (:class:`~tempo_rl.training.options.TrainerOptions`).
     """
+    options = options or TrainerOptions()
     training, sampler, tokenizer = _create_clients(
         config, run_dir, resume=resume, service_client=service_client, backend_state=backend_state
     )
@@ -238,15 +242,15 @@ def build_trainer(
     chat = ChatRenderer(tokenizer)
     eos = tokenizer.eos_token_id
     s = config.sampling
-    _warn_token_budgets(config, tokenizer)
+    _warn_token_budgets(config, tokenizer, options)
     critic = GenerativeCritic(
         chat,
         s.critic_params((int(eos),) if eos is not None else None),
         max_prompt_tokens=s.critic_max_prompt_tokens,
-        history_turns=s.critic_history_turns,
-        answer_prefix=s.critic_answer_prefix,
+        history_turns=options.critic_history_turns,
+        answer_prefix=options.critic_answer_prefix,
         answer=s.critic_answer,
-        levels=config.warmstart.critic_format_levels,
+        levels=CRITIC_LEVELS,
     )
     if store is None:
         store = StateStore(
@@ -262,7 +266,7 @@ def build_trainer(
         chat=chat,
         critic=critic  # tempo.critic: the oracle / Monte Carlo critics value the restored state itself
         if config.tempo.critic == "generative"
-        else state_critic(config, chat, pool=pool, restore_branches=restore_n),
+        else state_critic(config, chat, pool=pool, restore_branches=restore_n, options=options),
         store=store,
         pool=pool,
         parser=ToolCallParser(),
@@ -274,14 +278,21 @@ def build_trainer(
     if config.algorithm == "tempo":
         from tempo_rl.training.tempo import TempoTrainer
 
-        return TempoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
-    if config.algorithm == "gigpo":
+        trainer: MacroStepTrainer = TempoTrainer(
+            config, components, state=state, log=log, write_trajectories=write_trajectories
+        )
+    elif config.algorithm == "gigpo":
         from tempo_rl.training.gigpo import GigpoTrainer
 
-        return GigpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
-    from tempo_rl.training.grpo import GrpoTrainer
+        trainer = GigpoTrainer(
+            config, components, state=state, log=log, write_trajectories=write_trajectories
+        )
+    else:
+        from tempo_rl.training.grpo import GrpoTrainer
 
-    return GrpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
+        trainer = GrpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
+    trainer.options = options
+    return trainer
 
 
 # ------------------------------------------------------------------------------------------------ run
@@ -327,6 +338,7 @@ def train_run(
     console: bool | None = None,
     service_client: Any = None,
     overwrite: bool = False,
+    options: TrainerOptions | None = None,
 ) -> dict[str, Any]:
     """Train (or resume) the run in ``run_dir``; return the end-of-run summary.
 
@@ -347,6 +359,8 @@ def train_run(
         service_client: PyTRIO / Tinker only: use this ``ServiceClient`` (e.g. a recording stub).
         overwrite: a new run into a directory that holds one moves the old run aside to
             ``<run_dir>.replaced-<UTC time>`` first (:func:`~tempo_rl.training.rundir.move_aside`).
+        options: settings beyond the config (:class:`~tempo_rl.training.options.TrainerOptions`); the run
+            directory does not record them, so a resume passes them again.
 
     Raises:
         ConfigError: an invalid config for its env or backend, a new run into a directory that already holds a
@@ -372,14 +386,18 @@ def train_run(
     check_run_dir(run_path, min_free_mb=config.run.min_free_disk_mb)
     with RunLock(run_path):
         if resume:
-            return _train_locked(run_path, config, True, max_updates, console, service_client, None, changes)
+            return _train_locked(
+                run_path, config, True, max_updates, console, service_client, None, changes, options
+            )
         if (run_path / CONFIG_FILE).exists():
             raise ConfigError(
                 f"{run_path} already holds a run; resume it with `tempo-rl train --resume {run_path}`, move it aside "
                 "with --overwrite, or choose another run.run_dir"
             )
         try:
-            return _train_locked(run_path, config, False, max_updates, console, service_client, before)
+            return _train_locked(
+                run_path, config, False, max_updates, console, service_client, before, options=options
+            )
         except _SetupFailed as failed:
             _remove_new_entries(run_path, before)
             raise failed.error from failed.error.__cause__
@@ -402,6 +420,7 @@ def _train_locked(
     service_client: Any,
     before: set[str] | None,
     changes: tuple[SettingChange, ...] = (),
+    options: TrainerOptions | None = None,
 ) -> dict[str, Any]:
     """:func:`train_run` once the lock is held. A resume's ``changes`` are recorded: ``config.toml`` is
     rewritten with them, and the next metrics record carries each as ``resume/<setting>`` (its new value)."""
@@ -479,6 +498,7 @@ def _train_locked(
             backend_state=backend_state,
             service_client=service_client,
             critic_backend_state=critic_backend_state,
+            options=options,
         )
     except Exception as exc:
         logger.close()

@@ -3,10 +3,10 @@
 **Warm-up update** (until the hand-over, at most ``tempo.warmup_updates``):
 
 * ``warmup_games_per_batch`` fresh games x N branches play full episodes (up to T rounds);
-* the states every S rounds (S, 2S, ... strictly before the episode's end; S = ``warmup_state_stride``,
-  default H) get the Monte Carlo target ``G_t = sum_{u >= t} r_u`` (:func:`tempo_rl.signals.monte_carlo_returns`);
-  each episode contributes at most ``warmup_states_per_episode`` of them, drawn uniformly, so that long failed
-  episodes do not out-weigh short successful ones (the reference's bias);
+* the macro-step boundaries (H, 2H, ... strictly before the episode's end) get the Monte Carlo target
+  ``G_t = sum_{u >= t} r_u`` (:func:`tempo_rl.signals.monte_carlo_returns`); each episode contributes at most
+  ``warmup_states_per_episode`` of them, drawn uniformly, so that long failed episodes do not out-weigh short
+  successful ones (the reference's bias); ``"every_round"`` takes every round's state instead;
 * each game's start state (round 0, the same state for its N branches) is one more boundary state, with the
   mean of its branches' returns ``G_0 = mean_n sum_u r_u^(n)`` as target: one Monte Carlo estimate of
   ``V(s_0)`` over N episodes instead of N copies of the state against single 0/1 outcomes;
@@ -608,9 +608,9 @@ class TempoTrainer(MacroStepTrainer):
         the dict (inside a record) that receives its critic samples: a branch's ``boundaries`` entry
         ``{"round", "target"}``, or the start's ``start`` field (:func:`start_record`) on its first record.
 
-        Every S rounds strictly before an episode's end (S = ``tempo.warmup_state_stride``, default H) is a
-        critic state; each episode contributes at most ``tempo.warmup_states_per_episode`` of them (drawn
-        uniformly) as critic targets. Every H rounds strictly before its end is a macro-step boundary, and
+        With ``tempo.warmup_states_per_episode = m`` an episode contributes at most m of its macro-step
+        boundaries (drawn uniformly) as critic targets; with ``"every_round"`` every round strictly before its
+        end. Every H rounds strictly before its end is a macro-step boundary, and
         every one goes into the store. Each start state is one more critic state, against the mean of its
         episodes' returns.
         """
@@ -629,12 +629,12 @@ class TempoTrainer(MacroStepTrainer):
                 returns = monte_carlo_returns(np.asarray(branch.rewards, dtype=np.float64))
                 start_returns.append(float(returns[0]) if branch.rounds else 0.0)
                 boundaries = range(t.macro_rounds, branch.rounds, t.macro_rounds)
-                stride = t.warmup_state_stride or t.macro_rounds
-                candidates = list(range(stride, branch.rounds, stride))
                 m = t.warmup_states_per_episode
+                stride = 1 if m == "every_round" else t.macro_rounds
+                candidates = list(range(stride, branch.rounds, stride))
                 chosen = (
                     candidates
-                    if m is None or m >= len(candidates)
+                    if not isinstance(m, int) or m >= len(candidates)
                     else sorted(self.rng.choice(candidates, size=m, replace=False).tolist())
                 )
                 # each round's state built once, for the store and for the critic
