@@ -100,7 +100,7 @@ def probe(state: str, seed: int, games: int, temperature: float, work: Path, qui
         cfg = mech.make_config(env, scale, seed, "oracle", Path(tmp), tok)
         cfg = cfg.model_copy(
             update={
-                "warmstart": cfg.warmstart.model_copy(update={"enabled": False}),
+                "warmstart": cfg.warmstart.model_copy(update={"episodes": 0}),
             }
         )
         trainer = build_trainer(cfg, Path(tmp), backend_state=state, options=mech.make_options(env, "oracle"))

@@ -404,8 +404,12 @@ def make_config(
                 "macro_rounds": env.macro_rounds,
                 "max_rounds": env.max_rounds,
                 "branches": scale.branches,
-                "critic_samples": scale.critic_samples,
-                "endpoint_samples": scale.endpoint_samples,
+                # the generative critic answers by its expectation: no K or E sampled answers to count
+                **(
+                    {}
+                    if generative
+                    else {"critic_samples": scale.critic_samples, "endpoint_samples": scale.endpoint_samples}
+                ),
                 "states_per_batch": scale.states_per_batch,
                 "fresh_share": 0.5,
                 # the oracle and Monte Carlo critics are not trained: a critic warm-up has nothing to teach them
@@ -435,7 +439,6 @@ def make_config(
                 "grad_clip_norm": 1.0,
             },
             "warmstart": {
-                "enabled": True,
                 "episodes": scale.warmstart_episodes if env.demo_episodes is None else env.demo_episodes,
                 "epochs": scale.warmstart_epochs,
                 "noise": 0.1,

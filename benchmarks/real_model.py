@@ -67,7 +67,6 @@ name = "alfworld"
 kwargs = {{ max_steps = {T} }}
 games_dir = "{games}"
 eval_games_dir = "{games}"
-games_glob = "**/game.tw-pddl"
 
 [backend]
 kind = "local"
@@ -95,13 +94,16 @@ critic_max_prompt_tokens = 1500
 max_trajectory_tokens = 3000
 
 [warmstart]
-enabled = true
+expert = "walkthrough"
 episodes = 1
 batch_size = 2
 learning_rate = 1e-4
 
 [optim]
 learning_rate = 1e-4
+
+[kl]
+coef = 0.0
 
 [run]
 loggers = []

@@ -127,7 +127,8 @@ def training_config(data: str, args: argparse.Namespace) -> dict[str, Any]:
             "grad_clip_norm": 1.0,
         },
         # supervised warm start on expert walkthroughs (cross-entropy through the same backend) before RL
-        "warmstart": {"enabled": quick, "episodes": 4, "batch_size": 4},
+        "warmstart": {"episodes": 4 if quick else 0, "batch_size": 4, "expert": "walkthrough"},
+        "kl": {"coef": 0.0},  # TEMPO as published: no anchor
         "run": {"loggers": ([] if quick else ["console"]) + (["swanlab"] if args.swanlab else [])},
     }
 

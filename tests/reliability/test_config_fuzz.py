@@ -177,7 +177,7 @@ def test_bad_backend_fields_are_named(backend: dict[str, Any], name: str) -> Non
 def test_command_line_overrides_are_validated_the_same_way() -> None:
     with pytest.raises(ConfigError, match=r"tempo\.branches:"):
         load_config(None, ["tempo.branches=1"])
-    with pytest.raises(ConfigError, match=r"run\.min_free_disk_mb:"):
-        load_config(None, ["run.min_free_disk_mb=-1"])
+    with pytest.raises(ConfigError, match=r"run\.eval_episodes:"):
+        load_config(None, ["run.eval_episodes=-1"])
     with pytest.raises(ConfigError, match="key=value"):
         load_config(None, ["tempo.branches"])

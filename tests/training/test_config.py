@@ -27,7 +27,9 @@ def test_defaults_are_the_reference_settings() -> None:
 
 
 def test_toml_round_trip(tmp_path: Path) -> None:
-    cfg = load_config(None, ["tempo.branches=8", "env.kwargs={horizon=30, keys=2}", 'run.project="x"'])
+    cfg = load_config(
+        None, ["tempo.branches=8", "env.kwargs={horizon=30, keys=2}", 'run.loggers=["wandb:x"]']
+    )
     path = tmp_path / "c.toml"
     path.write_text(cfg.to_toml())
     assert load_config(path) == cfg
@@ -122,6 +124,9 @@ def test_game_folders(tmp_path: Path) -> None:
     assert spec0.kwargs["game_file"].endswith("a/game.tw-pddl") and spec0.kwargs["max_steps"] == 5
     assert spec1.kwargs["game_file"].endswith("b/game.tw-pddl")
     assert spec2 == spec0  # cycles
-    empty = load_config(None, [f'env.games_dir="{tmp_path / "a"}"', 'env.games_glob="*.z8"'])
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("")
+    alfworld = ["env.name=alfworld", "env.kwargs={max_steps=5}"]
+    empty = load_config(None, [*alfworld, f'env.games_dir="{tmp_path / "c"}"'])  # no game.tw-pddl there
     with pytest.raises(ConfigError, match=r"env\.games_dir"):
         empty.env.train_game(0)

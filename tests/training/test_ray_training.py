@@ -42,7 +42,7 @@ RAY_RUN = [
     "sampling.critic_max_tokens=8",
     "sampling.critic_max_prompt_tokens=400",
     "sampling.max_trajectory_tokens=1200",
-    "warmstart.enabled=false",
+    "warmstart.episodes=0",
     "run.loggers=[]",
 ]
 

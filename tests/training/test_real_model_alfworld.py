@@ -41,7 +41,6 @@ name = "alfworld"
 kwargs = {{ max_steps = {T} }}
 games_dir = "{games}"
 eval_games_dir = "{games}"
-games_glob = "**/game.tw-pddl"
 
 [backend]
 kind = "local"
@@ -68,13 +67,16 @@ critic_max_prompt_tokens = 1500
 max_trajectory_tokens = 3000
 
 [warmstart]                 # one noisy expert demo (cross-entropy) + one critic answer-format example
-enabled = {warmstart}
-episodes = 1
+expert = "walkthrough"
+episodes = {warmstart}
 batch_size = 2
 learning_rate = 1e-4
 
 [optim]
 learning_rate = 1e-4
+
+[kl]
+coef = 0.0
 
 [run]
 loggers = []
@@ -92,7 +94,7 @@ def _run(
         src = sorted(p for p in GAMES.iterdir() if p.name.startswith("look_at_obj_in_light"))[0]
         shutil.copytree(src, games / src.name)
     cfg_file = tmp_path / f"lora{lora}.toml"
-    text = CONFIG.format(games=games, model=model, lora=lora, td=td, T=T, warmstart=str(warmstart).lower())
+    text = CONFIG.format(games=games, model=model, lora=lora, td=td, T=T, warmstart=1 if warmstart else 0)
     cfg_file.write_text(text)
     run_dir = tmp_path / f"run-lora{lora}"
     summary = train_run(

@@ -282,12 +282,16 @@ warmup_updates = 0
 td_updates = 1
 
 [sampling]
+critic_answer = "sampled"
 max_tokens = 24
 max_trajectory_tokens = 1200
 show_remaining_steps = false
 
 [warmstart]
-enabled = false
+episodes = 0
+
+[kl]
+coef = 0.0
 
 [run]
 loggers = []

@@ -59,9 +59,11 @@ show_remaining_steps = false
 learning_rate = 1e-3
 
 [warmstart]
-enabled = {warmstart}
-episodes = 4
+episodes = {warmstart}
 batch_size = 4
+
+[kl]
+coef = 0.0
 
 [run]
 loggers = []
@@ -73,7 +75,7 @@ def _config_text(warmup: int = 1, td: int = 2, warmstart: bool = True) -> str:
     return (
         TINY_LOCAL.replace("{warmup}", str(warmup))
         .replace("{td}", str(td))
-        .replace("{warmstart}", "true" if warmstart else "false")
+        .replace("{warmstart}", "4" if warmstart else "0")
     )
 
 

@@ -41,13 +41,17 @@ max_rounds = 48
 macro_rounds = 8
 
 [sampling]
+critic_answer = "sampled"
 max_tokens = 24
 critic_max_prompt_tokens = 400
 max_trajectory_tokens = 4000
 
 [warmstart]
-enabled = true
+episodes = 500
 noise = 0.1
+
+[kl]
+coef = 0.0
 
 [run]
 loggers = []

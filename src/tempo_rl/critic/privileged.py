@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tempo_rl.envs.games import GAME_KWARG
+from tempo_rl.envs.games import GAME_KWARG, game_file_pattern
 
 __all__ = [
     "PRIVILEGED_INFO_RATE",
@@ -100,7 +100,6 @@ class _EnvConfigLike(Protocol):
     name: str
     kwargs: dict[str, Any]
     games_dir: str | None
-    games_glob: str
 
     def train_game(self, index: int) -> tuple[Any, int]: ...
 
@@ -120,7 +119,7 @@ def privileged_info_coverage(
     cheap = getattr(factory, "privileged_info_available", None)
     hint = str(getattr(factory, "privileged_info_hint", "") or "")
     if env.games_dir is not None and callable(cheap):
-        files = sorted(str(p) for p in Path(env.games_dir).glob(env.games_glob) if p.is_file())
+        files = sorted(str(p) for p in Path(env.games_dir).glob(game_file_pattern(env.name)) if p.is_file())
         missing = tuple(f for f in files if not cheap(**{**env.kwargs, GAME_KWARG: f}))
         return PrivilegedInfoCoverage(len(files), missing, exhaustive=True, hint=hint)
     spec, seed = env.train_game(0)

@@ -24,7 +24,7 @@ import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -44,6 +44,7 @@ from tempo_rl.envs.snapshot import EnvSpec
 __all__ = [
     "ADAM_EPS",
     "CRITIC_LEVELS",
+    "EVAL_SEED_START",
     "ConfigError",
     "EnvConfig",
     "GigpoConfig",
@@ -74,8 +75,11 @@ CRITIC_LEVELS = 2
 ADAM_EPS = 1e-6
 
 
-#: a metrics sink of ``run.loggers``
-Logger = Literal["console", "swanlab", "wandb"]
+#: the reset seed of the first evaluation game (``EVAL_SEED_START + j``), far from the training seeds
+EVAL_SEED_START = 1_000_000
+
+#: the metrics sinks of ``run.loggers``
+LOGGERS = ("console", "swanlab", "wandb")
 
 
 class ConfigError(ValueError):
@@ -102,19 +106,21 @@ class _Model(BaseModel):
 class EnvConfig(_Model):
     """Which environment to train on and which reset seeds count as training / evaluation games.
 
-    Fresh episode starts use seeds ``train_seed_start + i`` (``i`` cycles through ``num_train_seeds`` when set,
-    else grows without bound); evaluation uses ``eval_seed_start + j`` for ``j < run.eval_episodes``. With
+    Fresh episode starts use seeds ``train_seed_start + i`` (``i`` = 0, 1, 2, ...: every fresh game a new one);
+    evaluation uses ``EVAL_SEED_START + j`` (1,000,000 + j, apart from the training
+    seeds) for ``j < run.eval_episodes``. With
     ``games_dir`` each game is a file, passed to the env as its ``game_file`` keyword argument.
     """
 
     name: str = Field(default="keydoor", min_length=1, description="registered env name (tempo_rl.envs)")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="env constructor keyword arguments")
-    train_seed_start: int = Field(default=0, ge=0)
-    num_train_seeds: int | None = Field(default=None, ge=1)
-    eval_seed_start: int = Field(default=1_000_000, ge=0)
+    train_seed_start: int = Field(
+        default=0, ge=0, description="reset seed of the first fresh training game; the i-th uses this + i"
+    )
     games_dir: str | None = Field(default=None, description="folder of game files (one env per file)")
-    eval_games_dir: str | None = Field(default=None, description="folder of evaluation game files")
-    games_glob: str = Field(default="**/game.tw-pddl", description="which files in games_dir are games")
+    eval_games_dir: str | None = Field(
+        default=None, description="folder of evaluation game files (None: evaluation games are reset seeds)"
+    )
     invalid_action_penalty: float = Field(
         default=0.0,
         ge=0.0,
@@ -134,15 +140,13 @@ class EnvConfig(_Model):
 
     def train_seed(self, index: int) -> int:
         """The reset seed of the ``index``-th fresh training game."""
-        if self.num_train_seeds is not None:
-            index %= self.num_train_seeds
         return self.train_seed_start + index
 
     def _game_files(self, folder: str) -> tuple[str, ...]:
-        from tempo_rl.envs.games import NoGamesError, find_games
+        from tempo_rl.envs.games import NoGamesError, find_games, game_file_pattern
 
         try:
-            return find_games(folder, self.games_glob)
+            return find_games(folder, game_file_pattern(self.name))
         except NoGamesError as exc:
             raise ConfigError(
                 f"env: {exc}; point env.games_dir / env.eval_games_dir at a folder of games (e.g. an ALFWorld "
@@ -152,7 +156,7 @@ class EnvConfig(_Model):
     def train_game(self, index: int) -> tuple[EnvSpec, int]:
         """``(spec, seed)`` of the ``index``-th fresh training game.
 
-        With ``games_dir`` the game is file ``index mod n`` of the sorted matches of ``games_glob`` there, passed
+        With ``games_dir`` the game is file ``index mod n`` of the sorted game files there (the env's ``game_files`` glob), passed
         as ``kwargs["game_file"]``; otherwise every game is ``spec()`` and the seed picks the instance.
         """
         seed = self.train_seed(index)
@@ -163,8 +167,8 @@ class EnvConfig(_Model):
 
     def eval_game(self, index: int) -> tuple[EnvSpec, int]:
         """``(spec, seed)`` of the ``index``-th evaluation game (``eval_games_dir`` or seeds from
-        ``eval_seed_start``)."""
-        seed = self.eval_seed_start + index
+        :data:`EVAL_SEED_START`)."""
+        seed = EVAL_SEED_START + index
         folder = self.eval_games_dir or None
         if folder is None:
             return self.spec(), seed
@@ -175,21 +179,31 @@ class EnvConfig(_Model):
 class SamplingConfig(_Model):
     """Sampling settings of the actor and the critic (token counts are model tokens)."""
 
-    temperature: float = Field(default=1.0, gt=0.0)
+    temperature: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="sampling temperature of the actor's turns and the critic's sampled answers",
+    )
     max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per actor turn")
-    critic_temperature: float = Field(default=1.0, gt=0.0)
-    critic_max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per critic estimate")
-    critic_max_prompt_tokens: int = Field(default=8192, ge=16)
+    critic_max_tokens: int = Field(
+        default=512,
+        ge=1,
+        description="sampling.critic_answer = 'sampled': max sampled tokens per critic answer (its reasoning and "
+        "<value>v</value>)",
+    )
+    critic_max_prompt_tokens: int = Field(
+        default=8192,
+        ge=16,
+        description="token budget of one critic prompt; a state whose prompt is longer gets no estimate (counted)",
+    )
     critic_answer: Literal["sampled", "constrained", "expected"] = Field(
-        default="sampled",
+        default="expected",
         description=(
-            "how the critic answers (tempo_rl.critic.generative): 'sampled' (free completions, strictly parsed; "
-            "the only mode of remote backends), 'constrained' (the K answers are drawn from the model's "
-            "distribution restricted to the valid answers <value>v</value> of the binary "
-            "grid {0, R_max}: they always parse) or 'expected' (the state's value is the exact expectation over those "
-            "answers, and the critic is trained by their log-loss against the target's two-hot weights, so "
-            "tempo.error and tempo.critic_failure_reward do not apply); the last two "
-            "are for the local backend"
+            "how the generative critic answers (tempo_rl.critic.generative): 'expected' (its value is the exact "
+            "expectation over the answers <value>0</value> and <value>R_max</value>, trained by their log-loss; "
+            "the local backend's default), 'sampled' (K free completions, strictly parsed; the default and only "
+            "mode of PyTRIO and Tinker) or 'constrained' (the K answers drawn from the model's distribution "
+            "restricted to those valid answers; local backend)"
         ),
     )
     max_trajectory_tokens: int = Field(
@@ -198,7 +212,9 @@ class SamplingConfig(_Model):
     show_remaining_steps: bool = Field(
         default=True, description="show the remaining step budget (T - round) to the actor and the critic"
     )
-    eval_temperature: float = Field(default=0.01, gt=0.0)
+    eval_temperature: float = Field(
+        default=0.01, gt=0.0, description="sampling temperature of evaluation episodes (0.01: near-greedy)"
+    )
 
     def actor_params(
         self, stop: tuple[int, ...] | None, *, temperature: float | None = None, seed: int | None = None
@@ -214,18 +230,23 @@ class SamplingConfig(_Model):
         )
 
     def critic_params(self, stop: tuple[int, ...] | None) -> SamplingParams:
-        """The critic's sampling parameters (``critic_max_tokens``, ``critic_temperature``), stopping at ``stop``."""
-        return SamplingParams(
-            max_tokens=self.critic_max_tokens, temperature=self.critic_temperature, stop=stop
-        )
+        """The critic's sampling parameters (``critic_max_tokens``, at the actor's ``temperature``), stopping at
+        ``stop``."""
+        return SamplingParams(max_tokens=self.critic_max_tokens, temperature=self.temperature, stop=stop)
 
 
 class TempoConfig(_Model):
     """TEMPO's macro-step settings (letters as in the module docstring)."""
 
-    macro_rounds: int = Field(default=10, ge=1, description="H")
-    branches: int = Field(default=4, ge=2, description="N")
-    critic_samples: int = Field(default=4, ge=1, description="K")
+    macro_rounds: int = Field(default=10, ge=1, description="H, env steps (rounds) per macro-step")
+    branches: int = Field(
+        default=4, ge=2, description="N, branches rolled out from each start state (the actor's GRPO group)"
+    )
+    critic_samples: int = Field(
+        default=4,
+        ge=1,
+        description="K, critic estimates of each start state (the critic's group; sampled and constrained answers)",
+    )
     critic: Literal["generative", "oracle", "monte_carlo"] = Field(
         default="generative",
         description=(
@@ -248,8 +269,14 @@ class TempoConfig(_Model):
     critic_rollouts: int = Field(
         default=4, ge=1, description="M, monte_carlo critic: policy rollouts averaged per valued state"
     )
-    endpoint_samples: int = Field(default=2, ge=1, description="E")
-    max_rounds: int = Field(default=50, ge=1, description="T")
+    endpoint_samples: int = Field(
+        default=2,
+        ge=1,
+        description="E, critic estimates averaged into each endpoint value V_hat (sampled and constrained answers)",
+    )
+    max_rounds: int = Field(
+        default=50, ge=1, description="T, the episode's step limit in env steps (a multiple of H)"
+    )
     states_per_batch: int = Field(default=4, ge=1, description="start states per TD update")
     fresh_share: float = Field(
         default=0.25, ge=0.0, le=1.0, description="share of fresh starts per TD update"
@@ -259,7 +286,9 @@ class TempoConfig(_Model):
         ge=0,
         description="the most warm-up updates (on full episodes) before TD; the hand-over gate may end it sooner",
     )
-    warmup_games_per_batch: int = Field(default=4, ge=1)
+    warmup_games_per_batch: int = Field(
+        default=4, ge=1, description="fresh games per warm-up update, each played by N branches to the end"
+    )
     warmup_trains_actor: bool = Field(
         default=True,
         description=(
@@ -309,10 +338,19 @@ class TempoConfig(_Model):
             "branches' returns; the store receives the boundaries every H rounds either way"
         ),
     )
-    td_updates: int = Field(default=40, ge=0)
-    r_max: float = Field(default=1.0, gt=0.0)
-    error: Literal["l1", "brier"] = "l1"
-    critic_failure_reward: float = Field(default=-1.0, le=0.0)
+    td_updates: int = Field(default=40, ge=0, description="TD updates after the warm-up")
+    r_max: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="R_max, the largest return of an episode: critic values lie in [0, R_max] (1: win or lose)",
+    )
+    error: Literal["l1", "brier"] = Field(
+        default="l1",
+        description=(
+            "sampling.critic_answer = 'sampled' / 'constrained': the critic sample's reward, -|V_k - G| / R_max "
+            "('l1') or -((V_k - G) / R_max)^2 ('brier'); an unreadable answer gets -1"
+        ),
+    )
     unparsed_endpoint: Literal["drop"] | float = Field(
         default="drop",
         description=(
@@ -320,8 +358,9 @@ class TempoConfig(_Model):
             "critic/unparsed_endpoints) or a number in [0, tempo.r_max] used as its V_hat; never a silent 0"
         ),
     )
-    train_actor: bool = True
-    train_critic: bool = True
+    #: TEMPO trains both roles in every update (not settings)
+    train_actor: ClassVar[bool] = True
+    train_critic: ClassVar[bool] = True
     prefix_correction: Literal["off", "ratio", "clipped"] = Field(
         default="clipped",
         description=(
@@ -342,9 +381,11 @@ class TempoConfig(_Model):
 class GrpoConfig(_Model):
     """The trajectory-level GRPO baseline: full episodes of ``tempo.max_rounds`` rounds, groups of branches."""
 
-    updates: int = Field(default=40, ge=0)
-    games_per_batch: int = Field(default=4, ge=1)
-    group_size: int = Field(default=4, ge=2)
+    updates: int = Field(default=40, ge=0, description="GRPO / GiGPO updates")
+    games_per_batch: int = Field(default=4, ge=1, description="fresh games per update")
+    group_size: int = Field(
+        default=4, ge=2, description="episodes per game (the group its advantages centre on)"
+    )
 
 
 class GigpoConfig(_Model):
@@ -357,16 +398,12 @@ class GigpoConfig(_Model):
     gamma: float = Field(
         default=0.95, ge=0.0, le=1.0, description="discount of the step return from each round (per env step)"
     )
-    normalize: Literal["none", "std"] = Field(
-        default="none",
-        description="'std' divides both levels' centred returns by their group's standard deviation",
-    )
 
 
 class OptimConfig(_Model):
     """Adam (PyTRIO names), the policy loss and how a batch is split into ``forward_backward`` calls."""
 
-    learning_rate: float = Field(default=1e-6, gt=0.0)
+    learning_rate: float = Field(default=1e-6, gt=0.0, description="Adam's step size for RL updates")
     betas: tuple[float, float] = Field(
         default=(0.9, 0.95),
         description=(
@@ -374,12 +411,16 @@ class OptimConfig(_Model):
             "running square. Adam's epsilon is fixed at 1e-6 (ADAM_EPS)"
         ),
     )
-    weight_decay: float = Field(default=0.0, ge=0.0)
-    grad_clip_norm: float = Field(default=1.0, ge=0.0)
-    loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
-    ppo_clip: tuple[float, float] = Field(
-        default=(0.8, 1.2),
-        description="optim.loss_fn = 'ppo': the (low, high) bounds of the importance ratio, 0 < low < 1 < high",
+    grad_clip_norm: float = Field(
+        default=1.0, ge=0.0, description="the gradient's global L2 norm is clipped to this (0: no clipping)"
+    )
+    ppo_clip: tuple[float, float] | None = Field(
+        default=None,
+        description=(
+            "the policy loss: None = importance sampling (the ratio pi / pi_sampler times the advantage, "
+            "unclipped); (low, high) with 0 < low < 1 < high = PPO's loss, the ratio clipped to [low, high], "
+            "e.g. [0.8, 1.2]"
+        ),
     )
     chunk_datums: int = Field(
         default=128,
@@ -408,26 +449,35 @@ class OptimConfig(_Model):
 
     @field_validator("ppo_clip")
     @classmethod
-    def _check_ppo_clip(cls, value: tuple[float, float]) -> tuple[float, float]:
+    def _check_ppo_clip(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is None:
+            return None
         low, high = value
         if not 0.0 < low < 1.0 < high:
             raise ValueError(f"ppo_clip must satisfy 0 < low < 1 < high, e.g. (0.8, 1.2); got {value}")
         return value
 
+    @property
+    def loss_fn(self) -> Literal["importance_sampling", "ppo"]:
+        """The backend loss of the policy-gradient Datums: ``"ppo"`` with ``ppo_clip``, else
+        ``"importance_sampling"``."""
+        return "importance_sampling" if self.ppo_clip is None else "ppo"
+
     def adam(self, learning_rate: float | None = None) -> AdamParams:
-        """The Adam step of these settings (``learning_rate`` unless given; epsilon :data:`ADAM_EPS`)."""
+        """The Adam step of these settings (``learning_rate`` unless given; epsilon :data:`ADAM_EPS`, no weight
+        decay)."""
         return AdamParams(
             learning_rate=self.learning_rate if learning_rate is None else learning_rate,
             beta1=self.betas[0],
             beta2=self.betas[1],
             eps=ADAM_EPS,
-            weight_decay=self.weight_decay,
+            weight_decay=0.0,
             grad_clip_norm=self.grad_clip_norm,
         )
 
 
 class KLConfig(_Model):
-    """An optional KL anchor of the actor to the policy as RL begins (off by default; not part of TEMPO).
+    """A KL anchor of the actor to the policy as RL begins (not part of TEMPO; ``coef = 0`` turns it off).
 
     Every actor token sampled in an update is trained with ``A'_t = A_t - coef * (log pi(a_t) - log
     pi_ref(a_t))`` (:func:`tempo_rl.signals.kl_penalized_advantages`), where pi_ref is the policy RL starts
@@ -439,7 +489,7 @@ class KLConfig(_Model):
     """
 
     coef: float = Field(
-        default=0.0,
+        default=0.3,
         ge=0.0,
         description=(
             "beta, the anchor's weight in advantage units per nat of log pi(a_t) - log pi_ref(a_t); 0 = off. "
@@ -451,9 +501,12 @@ class KLConfig(_Model):
 class StoreConfig(_Model):
     """The StateStore (see :mod:`tempo_rl.training.store`)."""
 
-    capacity: int = Field(default=256, ge=1)
-    per_game_cap: int | None = Field(default=None, ge=1)
-    max_age_versions: int | None = Field(default=None, ge=1)
+    capacity: int = Field(default=256, ge=1, description="states the store keeps (the oldest leave first)")
+    max_age_versions: int | None = Field(
+        default=None,
+        ge=1,
+        description="evict states sampled more than this many policy versions ago (None: by capacity only)",
+    )
 
 
 class WarmStartConfig(_Model):
@@ -464,8 +517,11 @@ class WarmStartConfig(_Model):
     (:data:`CRITIC_LEVELS`). Each distinct expert action gets the same total weight, so rare decisive actions
     count."""
 
-    enabled: bool = False
-    episodes: int = Field(default=500, ge=1, description="demonstrations (one per training seed)")
+    episodes: int = Field(
+        default=0,
+        ge=0,
+        description="expert demonstrations (one per training game) of the supervised warm start; 0: no warm start",
+    )
     noise: float = Field(default=0.3, ge=0.0, le=1.0, description="probability of a random admissible action")
     expert: Literal["walkthrough", "recovering"] = Field(
         default="recovering",
@@ -476,9 +532,9 @@ class WarmStartConfig(_Model):
             "a demo stops where a noisy step makes its next action inadmissible)"
         ),
     )
-    epochs: int = Field(default=1, ge=1)
-    batch_size: int = Field(default=32, ge=1)
-    learning_rate: float = Field(default=5e-4, gt=0.0)
+    epochs: int = Field(default=1, ge=1, description="passes over the demonstrations")
+    batch_size: int = Field(default=32, ge=1, description="Datums per optimiser step")
+    learning_rate: float = Field(default=5e-4, gt=0.0, description="Adam's step size for the warm start")
     env_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description=(
@@ -487,6 +543,11 @@ class WarmStartConfig(_Model):
             "the actor learns about keys comes from RL"
         ),
     )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run starts with the supervised warm start (``episodes > 0``)."""
+        return self.episodes > 0
 
 
 class WorkersConfig(_Model):
@@ -517,10 +578,15 @@ class WorkersConfig(_Model):
 class RunConfig(_Model):
     """Run directory, seeding, checkpoints and logging."""
 
-    run_dir: str = "runs/tempo"
-    seed: int = 0
+    run_dir: str = Field(
+        default="runs/tempo", description="the run directory: config, checkpoints, metrics, trajectories"
+    )
+    seed: int = Field(default=0, description="random seed of the run (sampling, store draws, demo noise)")
     checkpoint_every: int = Field(default=1, ge=1, description="updates between checkpoints")
-    save_trajectories: bool = True
+    save_trajectories: bool = Field(
+        default=True,
+        description="write every episode to RUN_DIR/trajectories.jsonl (what tempo-rl report shows)",
+    )
     eval_every: int = Field(
         default=0,
         ge=0,
@@ -530,26 +596,48 @@ class RunConfig(_Model):
     eval_episodes: int = Field(
         default=16,
         ge=1,
-        description="held-out games per evaluation: env.eval_seed_start + j, or the files of env.eval_games_dir",
+        description="held-out games per evaluation: reset seed EVAL_SEED_START + j, or the files of env.eval_games_dir",
     )
-    loggers: list[Logger] = Field(
-        default_factory=lambda: list[Logger](["console"]),
+    loggers: list[str] = Field(
+        default_factory=lambda: ["console"],
         description=(
             "where metrics go besides RUN_DIR/metrics.jsonl (always written): 'console' (a progress bar and a "
-            "line per update), 'swanlab' and 'wandb' (the swanlab / wandb extras); [] for none"
+            "line per update), 'swanlab' and 'wandb' (the swanlab / wandb extras; 'wandb:PROJECT' names the "
+            "project, default tempo-rl); [] for none"
         ),
     )
-    project: str | None = Field(default=None, description="the SwanLab / W&B project name (None: tempo-rl)")
-    min_free_disk_mb: float = Field(
-        default=100.0, ge=0.0, description="refuse to start (or resume) with less free disk in run_dir (MiB)"
-    )
+
+    @field_validator("loggers")
+    @classmethod
+    def _check_loggers(cls, value: list[str]) -> list[str]:
+        for item in value:
+            kind, _, project = item.partition(":")
+            if kind not in LOGGERS or (project and kind == "console") or (":" in item and not project):
+                raise ValueError(
+                    f"{item!r} is not a logger: use 'console', 'swanlab', 'wandb', 'swanlab:PROJECT' or "
+                    "'wandb:PROJECT'"
+                )
+        return value
+
+    def logger_project(self) -> str | None:
+        """The SwanLab / W&B project named in ``loggers`` (``"wandb:PROJECT"``), None when none is."""
+        return next((item.partition(":")[2] for item in self.loggers if ":" in item), None)
+
+    def logs_to(self, kind: str) -> bool:
+        """Whether ``loggers`` names ``kind`` (``"console"``, ``"swanlab"``, ``"wandb"``), with or without a
+        project."""
+        return any(item.partition(":")[0] == kind for item in self.loggers)
 
 
 class TrainConfig(_Model):
     """A whole training run. ``algorithm`` selects TEMPO, the trajectory-level GRPO baseline or GiGPO (GRPO's
     batch with a step-level advantage within anchor-state groups)."""
 
-    algorithm: Literal["tempo", "grpo", "gigpo"] = "tempo"
+    algorithm: Literal["tempo", "grpo", "gigpo"] = Field(
+        default="tempo",
+        description="'tempo' (macro-step TD with a critic), 'grpo' (trajectory-level GRPO) or 'gigpo' (GRPO's "
+        "batch with step-level advantages)",
+    )
     env: EnvConfig = Field(default_factory=EnvConfig)
     backend: BackendConfig = Field(
         default_factory=LocalBackendConfig,
@@ -565,6 +653,26 @@ class TrainConfig(_Model):
     warmstart: WarmStartConfig = Field(default_factory=WarmStartConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _critic_answer_follows_the_backend(cls, data: Any) -> Any:
+        """Unset, ``sampling.critic_answer`` is ``"expected"`` on the local backend and ``"sampled"`` on the
+        remote ones (the only mode they offer)."""
+        if not isinstance(data, Mapping):
+            return data
+        sampling = data.get("sampling")
+        if isinstance(sampling, Mapping) and "critic_answer" in sampling:
+            return data
+        backend = data.get("backend")
+        kind = (
+            backend.get("kind", "local")
+            if isinstance(backend, Mapping)
+            else getattr(backend, "kind", "local")
+        )
+        if kind == "local" or not isinstance(sampling, Mapping | None):
+            return data
+        return {**data, "sampling": {**(sampling or {}), "critic_answer": "sampled"}}
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -637,13 +745,10 @@ class TrainConfig(_Model):
 #: generative critic scores the grid's answers and trains their log-loss (tempo_rl.critic.generative), so none of
 #: them changes a run.
 _SAMPLED_ANSWER_SETTINGS: tuple[tuple[str, str, str], ...] = (
-    ("sampling", "critic_temperature", "the temperature of sampled answers; scored answers are not sampled"),
+    ("sampling", "critic_max_tokens", "the length limit of sampled answers; scored answers are not sampled"),
     ("tempo", "error", "the error of the K sampled answers' rewards; the log-loss trains the critic instead"),
-    (
-        "tempo",
-        "critic_failure_reward",
-        "the reward of an unparsable sampled answer; every scored answer parses",
-    ),
+    ("tempo", "critic_samples", "K, the sampled answers per start state; the value is exact"),
+    ("tempo", "endpoint_samples", "E, the sampled answers per endpoint; V_hat is the exact expectation"),
 )
 
 

@@ -93,7 +93,7 @@ def warm_start_state(
     config: TrainConfig, ws_dir: Path, options: TrainerOptions | None = None
 ) -> tuple[str, float]:
     """The warm start of ``config`` in ``ws_dir``: ``(backend state path, held-out success)``; without
-    ``warmstart.enabled`` the initial weights' state. Its demos are games ``env.train_seed_start +``
+    a warm start (``warmstart.episodes = 0``) the initial weights' state. Its demos are games ``env.train_seed_start +``
     :data:`DEMO_SEED_OFFSET` onward."""
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import warm_start

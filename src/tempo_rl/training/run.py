@@ -37,6 +37,7 @@ from tempo_rl.training.preflight import preflight
 from tempo_rl.training.rundir import (
     CONFIG_FILE,
     METRICS_FILE,
+    MIN_FREE_DISK_MB,
     STORE_FILE,
     SUMMARY_FILE,
     TOKENIZER_DIR,
@@ -256,7 +257,6 @@ def build_trainer(
         store = StateStore(
             run_dir / STORE_FILE,
             capacity=config.store.capacity,
-            per_game_cap=config.store.per_game_cap,
             max_age_versions=config.store.max_age_versions,
         )
     pool, make_env, restore_n, _cache = env_workers(config)
@@ -383,7 +383,7 @@ def train_run(
                 f"tempo-rl: moved the existing run {run_path} aside to {aside}", file=sys.stderr, flush=True
             )
     before = {p.name for p in run_path.iterdir()} if run_path.is_dir() else None
-    check_run_dir(run_path, min_free_mb=config.run.min_free_disk_mb)
+    check_run_dir(run_path, min_free_mb=MIN_FREE_DISK_MB)
     with RunLock(run_path):
         if resume:
             return _train_locked(
@@ -424,7 +424,7 @@ def _train_locked(
 ) -> dict[str, Any]:
     """:func:`train_run` once the lock is held. A resume's ``changes`` are recorded: ``config.toml`` is
     rewritten with them, and the next metrics record carries each as ``resume/<setting>`` (its new value)."""
-    show = "console" in config.run.loggers if console is None else console
+    show = config.run.logs_to("console") if console is None else console
     state: TrainerState | None = None
     backend_state: str | None = None
     critic_backend_state: str | None = None
@@ -467,9 +467,9 @@ def _train_locked(
             atomic_write_text(run_path / CONFIG_FILE, config.to_toml())
         logger = MetricsLogger(
             run_path,
-            swanlab="swanlab" in config.run.loggers,
-            wandb="wandb" in config.run.loggers,
-            project=config.run.project,
+            swanlab=config.run.logs_to("swanlab"),
+            wandb=config.run.logs_to("wandb"),
+            project=config.run.logger_project(),
             console=show,
         )
     except Exception as exc:

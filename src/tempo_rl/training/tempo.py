@@ -250,7 +250,7 @@ def _critic_signal_arrays(
         np.asarray(targets, dtype=np.float64),
         r_max=tempo.r_max,
         error=tempo.error,
-        failure_reward=tempo.critic_failure_reward,
+        failure_reward=-1.0,  # an unparsable answer scores as the worst parsed one (error R_max)
     )
     adv = group_advantages(rewards, mask=mask) if centred else np.where(mask, rewards, 0.0)
     degenerate = np.asarray(degenerate_groups(adv, mask=mask), dtype=bool)

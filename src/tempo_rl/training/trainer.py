@@ -691,12 +691,12 @@ class MacroStepTrainer(abc.ABC):
     def loss_config(self) -> dict[str, float] | None:
         """``loss_fn_config`` for PPO (ratio bounds); None for importance sampling."""
         o = self.config.optim
-        if o.loss_fn == "ppo":
+        if o.ppo_clip is not None:
             return {"clip_low_threshold": o.ppo_clip[0], "clip_high_threshold": o.ppo_clip[1]}
         return None
 
     def by_loss(self, datums: Sequence[Datum]) -> list[tuple[list[Datum], LossFn, dict[str, float] | None]]:
-        """``datums`` split by their loss: policy-gradient Datums (``advantages``) under ``optim.loss_fn``, and
+        """``datums`` split by their loss: policy-gradient Datums (``advantages``) under the policy loss (``optim.ppo_clip``), and
         cross-entropy Datums (``weights``: a log-loss critic's, :meth:`TempoTrainer.critic_level_datums`) under
         ``"cross_entropy"``; each non-empty part with its loss and loss config, in that order. Their
         ``forward_backward`` calls accumulate into one gradient before the optimiser step."""
@@ -718,7 +718,7 @@ class MacroStepTrainer(abc.ABC):
         minibatches (so actor and critic Datums mix in each), and every minibatch is its own chunked
         ``forward_backward`` calls followed by one ``optim_step``: S optimiser steps on one batch of samples.
         Minibatch ``s > 0`` is scored by weights that moved ``s`` steps since sampling; the losses' importance
-        ratio ``exp(lp - lp_sampler)`` corrects for it (``optim.loss_fn = "ppo"`` also clips it). The sampler is
+        ratio ``exp(lp - lp_sampler)`` corrects for it (``optim.ppo_clip`` also clips it). The sampler is
         refreshed once, after the last step, so the policy version advances by one per update.
 
         With ``tempo.critic_weights = "own"`` the Datums tagged ``role = "critic"`` train the critic's own

@@ -94,7 +94,7 @@ def demonstration_datums(
         plan = [] if recovering else list(calls.call(env, "walkthrough") or ())
         if not recovering and not plan:
             raise ValueError(
-                f"env {cfg.env.name!r} (seed {seed}) has no walkthrough(); disable warmstart.enabled or use an "
+                f"env {cfg.env.name!r} (seed {seed}) has no walkthrough(); set warmstart.episodes = 0 or use an "
                 "env with an expert"
             )
         obs = calls.call(env, "last_observation")
@@ -291,7 +291,7 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     if failures == ws.episodes and ws.episodes > 0:
         raise RuntimeError(
             f"every one of the {ws.episodes} warm-start demonstrations failed in the env (see workers.* and the "
-            f"env's errors); fix env {cfg.env.name!r} or disable warmstart.enabled"
+            f"env's errors); fix env {cfg.env.name!r} or set warmstart.episodes = 0"
         )
     datums = balance_actions(datums)
     build_s = time.perf_counter() - t0
