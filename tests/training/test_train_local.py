@@ -49,6 +49,7 @@ warmup_games_per_batch = 1
 td_updates = {td}
 
 [sampling]
+critic_answer = "sampled"
 max_tokens = 24
 critic_max_tokens = 8
 critic_max_prompt_tokens = 400
@@ -354,6 +355,10 @@ def _own_critic_config(tmp_path: Path, warmup: int, overrides: list[str]) -> Tra
         'tempo.critic_weights="own"',
         'sampling.critic_answer="expected"',
         "sampling.critic_max_prompt_tokens=1000",
+        # no sampled answers to size: the defaults
+        "sampling.critic_max_tokens=512",
+        "tempo.critic_samples=4",
+        "tempo.endpoint_samples=2",
     ]
     return load_config(cfg_file, [*own, *overrides])
 

@@ -314,7 +314,7 @@ class TempoConfig(_Model):
         default=None,
         ge=1,
         description=(
-            "optimiser steps per critic-only warm-up update: its critic Datums are split into this many "
+            "optimiser steps per warm-up update: its Datums are split into this many "
             "minibatches, each its own forward_backward + optim_step; None = optim.substeps (TD updates always "
             "use optim.substeps)"
         ),
