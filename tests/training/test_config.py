@@ -130,3 +130,20 @@ def test_game_folders(tmp_path: Path) -> None:
     empty = load_config(None, [*alfworld, f'env.games_dir="{tmp_path / "c"}"'])  # no game.tw-pddl there
     with pytest.raises(ConfigError, match=r"env\.games_dir"):
         empty.env.train_game(0)
+
+
+def test_merged_settings_read_as_one() -> None:
+    cfg = load_config(None, [])
+    assert cfg.optim.loss_fn == "importance_sampling" and cfg.optim.ppo_clip is None
+    ppo = load_config(None, ["optim.ppo_clip=[0.8, 1.2]"])
+    assert ppo.optim.loss_fn == "ppo" and ppo.optim.ppo_clip == (0.8, 1.2)
+    assert ppo.optim.adam().eps == 1e-6 and ppo.optim.adam(0.5).learning_rate == 0.5
+    assert not cfg.warmstart.enabled and load_config(None, ["warmstart.episodes=3"]).warmstart.enabled
+    logs = load_config(None, ['run.loggers=["console", "wandb:my-project"]']).run
+    assert logs.logs_to("console") and logs.logs_to("wandb") and not logs.logs_to("swanlab")
+    assert logs.logger_project() == "my-project" and cfg.run.logger_project() is None
+    for bad in ('run.loggers=["tensorboard"]', 'run.loggers=["console:x"]', 'run.loggers=["wandb:"]'):
+        with pytest.raises(ConfigError, match=r"run\.loggers"):
+            load_config(None, [bad])
+    assert load_config(None, ["workers.ray=true"]).workers.ray is True
+    assert load_config(None, ['workers.ray="auto"']).workers.ray == "auto"
