@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     p.add_argument("--quick", action="store_true", help="3 TD updates on a short warm start (a smoke run)")
     args = p.parse_args(argv)
-    overrides = ['tempo.critic="oracle"', "tempo.warmup_updates=0", "run.eval_every=0", "run.console=false"]
+    overrides = ['tempo.critic="oracle"', "tempo.warmup_updates=0", "run.eval_every=0", "run.loggers=[]"]
     updates = 3 if args.quick else args.updates
     if args.quick:
         overrides += ["warmstart.episodes=32", "warmstart.epochs=10", "tempo.states_per_batch=4"]

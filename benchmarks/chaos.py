@@ -45,10 +45,12 @@ CONFIG: dict[str, Any] = {
         "critic_max_prompt_tokens": 1500,
         "max_trajectory_tokens": 1600,
         "show_remaining_steps": False,
+        "critic_answer": "sampled",
     },
     "optim": {"learning_rate": 1e-3},
+    "kl": {"coef": 0.0},
     "workers": {"step_timeout_s": 0.3},
-    "run": {"console": False, "min_free_disk_mb": 1},
+    "run": {"loggers": []},
 }
 
 

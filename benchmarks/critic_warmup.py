@@ -183,9 +183,9 @@ def warmup_curve(
         update={
             "warmup_updates": updates,
             "warmup_games_per_batch": games,
-            "warmup_states_per_episode": states,
+            # None: every boundary (at most one per round); the boundaries are every H rounds, H set below
+            "warmup_states_per_episode": 1_000_000 if states is None else states,
             "warmup_substeps": design.substeps,
-            "warmup_state_stride": None,  # the stride is H, set below
             **design.tempo_settings(),
             # boundaries every `stride` rounds; the probe's states stay at the arm's H
             "macro_rounds": design.stride or cfg.tempo.macro_rounds,
@@ -201,7 +201,13 @@ def warmup_curve(
         last.clear()
         last.update(metrics)
 
-    trainer = build_trainer(cfg, run_dir, log=log, backend_state=str(warm["state"]))
+    trainer = build_trainer(
+        cfg,
+        run_dir,
+        log=log,
+        backend_state=str(warm["state"]),
+        options=mechanism.make_options(env, "generative_critic_only"),
+    )
     trainer.state.policy_version = 1  # as the benchmark: the warm start was one policy version
     policy = apply_design(trainer, design)
     out: dict[str, Any] = {"corr": [], "mean_estimate": [], "env_steps": []}

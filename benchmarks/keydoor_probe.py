@@ -100,11 +100,10 @@ def probe(state: str, seed: int, games: int, temperature: float, work: Path, qui
         cfg = mech.make_config(env, scale, seed, "oracle", Path(tmp), tok)
         cfg = cfg.model_copy(
             update={
-                "env": cfg.env.model_copy(update={"num_eval_seeds": games}),
-                "warmstart": cfg.warmstart.model_copy(update={"enabled": False}),
+                "warmstart": cfg.warmstart.model_copy(update={"episodes": 0}),
             }
         )
-        trainer = build_trainer(cfg, Path(tmp), backend_state=state)
+        trainer = build_trainer(cfg, Path(tmp), backend_state=state, options=mech.make_options(env, "oracle"))
         try:
             starts, _ = trainer.run_async(
                 trainer.fresh_starts(1, [cfg.env.eval_game(j) for j in range(games)])

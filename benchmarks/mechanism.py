@@ -79,7 +79,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,10 +96,10 @@ class EnvSetting:
     ``temperature`` (``sampling.temperature``) and the evaluations at ``eval_temperature``; the generative arm's
     warm-up updates play ``warmup_games`` games each (None: the scale's ``warmup_games``), and its value probe
     reads V_pi from ``probe_rollouts`` rollouts per state (None: the scale's; :func:`probe_rollouts`). The
-    generative critic steps at ``critic_learning_rate`` (``optim.critic_learning_rate``; None: the actor's),
-    is shown the last ``critic_history_turns`` turns (``sampling.critic_history_turns``; None: all). The warm
-    start's step size cools down over the last ``warmstart_cooldown`` share of its steps
-    (``warmstart.cooldown``)."""
+    generative critic steps at ``critic_learning_rate`` (None: the actor's), is shown the last
+    ``critic_history_turns`` turns (None: all). The warm start's step size cools down over the last
+    ``warmstart_cooldown`` share of its steps. These three reach the trainer as
+    :class:`~tempo_rl.training.options.TrainerOptions` (:func:`make_options`)."""
 
     name: str
     kwargs: Mapping[str, Any]
@@ -146,10 +146,9 @@ class Scale:
     # vocabulary writes even a prompt with every turn omitted in about 805 tokens; keydoor_rule's prompts with
     # its lock note reach 779 tokens, knights' 528
     critic_max_prompt_tokens: int = 832
-    # the generative arm's warm-up: optimiser steps per update (tempo.warmup_substeps) and its critic states
-    # every ``warmup_state_stride`` rounds (tempo.warmup_state_stride)
+    # the generative arm's warm-up: optimiser steps per update (tempo.warmup_substeps); its critic states are
+    # every round of every episode (tempo.warmup_states_per_episode = "every_round")
     warmup_substeps: int = 32
-    warmup_state_stride: int = 1
     # the value probe after the generative arm's warm-up (:func:`value_probe`): held-out games, rollouts per
     # state for V_pi (0 games: none)
     probe_games: int = 8
@@ -348,16 +347,15 @@ def generative_critic_design(scale: Scale) -> dict[str, Any]:
     """The generative arm's critic design (``tempo.*``), the one ``benchmarks/critic_warmup.py`` found to hold
     on 5 seeds (``docs/results.md``): weights of its own (a copy of the warm start; the policy's RL steps no
     longer move it, nor its steps the policy), a warm-up that offers it every round of every episode
-    (``warmup_state_stride`` = 1, all states: one env step, one Monte Carlo example) and trains every earlier
+    (``warmup_states_per_episode = "every_round"``: one env step, one Monte Carlo example) and trains every earlier
     warm-up update's examples again at each update (``warmup_replay``: a batch whose episodes were all lost no
     longer pulls every value to 0), ``warmup_substeps`` optimiser steps per update. An env's
     ``EnvSetting.critic_learning_rate`` and ``critic_history_turns`` (knights) reach it through
-    :func:`make_config`."""
+    :func:`make_options`."""
     return {
         "critic_weights": "own",
         "warmup_replay": True,
-        "warmup_state_stride": scale.warmup_state_stride,
-        "warmup_states_per_episode": None,
+        "warmup_states_per_episode": "every_round",
         "warmup_substeps": scale.warmup_substeps,
     }
 
@@ -387,7 +385,6 @@ def make_config(
                 "name": env.name,
                 "kwargs": dict(env.kwargs),
                 "train_seed_start": 10_000 * (seed + 1),
-                "num_eval_seeds": max(scale.eval_episodes, 1),
             },
             "backend": {
                 "kind": "local",
@@ -403,13 +400,16 @@ def make_config(
             },
             "tempo": {
                 "critic": critic,
-                "oracle_flip_prob": spec.get("oracle_flip_prob", 0.0),
                 "critic_rollouts": scale.mc_rollouts,
                 "macro_rounds": env.macro_rounds,
                 "max_rounds": env.max_rounds,
                 "branches": scale.branches,
-                "critic_samples": scale.critic_samples,
-                "endpoint_samples": scale.endpoint_samples,
+                # the generative critic answers by its expectation: no K or E sampled answers to count
+                **(
+                    {}
+                    if generative
+                    else {"critic_samples": scale.critic_samples, "endpoint_samples": scale.endpoint_samples}
+                ),
                 "states_per_batch": scale.states_per_batch,
                 "fresh_share": 0.5,
                 # the oracle and Monte Carlo critics are not trained: a critic warm-up has nothing to teach them
@@ -425,26 +425,20 @@ def make_config(
             "sampling": {
                 "temperature": env.temperature,
                 "max_tokens": scale.max_tokens,
-                "critic_max_tokens": 6,
-                "critic_answer_prefix": "<value>",
                 # the main job's critic: V = the expectation over the binary answers, trained by their
                 # log-loss (the sampled answers of the blog never learnt values here; only the generative
                 # arm has a critic this setting applies to)
                 "critic_answer": "expected",
                 "critic_max_prompt_tokens": scale.critic_max_prompt_tokens,
-                "critic_history_turns": env.critic_history_turns,
                 "max_trajectory_tokens": scale.max_trajectory_tokens,
                 "show_remaining_steps": False,  # both envs' observations show the steps left
                 "eval_temperature": env.eval_temperature,
             },
             "optim": {
                 "learning_rate": scale.learning_rate,
-                **({"critic_learning_rate": env.critic_learning_rate} if generative else {}),
-                "eps": 1e-6,
                 "grad_clip_norm": 1.0,
             },
             "warmstart": {
-                "enabled": True,
                 "episodes": scale.warmstart_episodes if env.demo_episodes is None else env.demo_episodes,
                 "epochs": scale.warmstart_epochs,
                 "noise": 0.1,
@@ -452,10 +446,7 @@ def make_config(
                 # walkthrough 227 of keydoor's 256 demos stopped before the first lock (docs/results.md)
                 "expert": "recovering",
                 "learning_rate": 3e-3,
-                "cooldown": env.warmstart_cooldown,
                 "batch_size": 4,
-                "critic_format_share": 1.0,
-                "critic_format_levels": 2,
                 "env_kwargs": dict(env.demo_kwargs),
             },
             "kl": {"coef": 0.1},
@@ -463,12 +454,30 @@ def make_config(
             "run": {
                 "run_dir": str(run_dir),
                 "seed": seed,
-                "console": False,
+                "loggers": [],
                 "save_trajectories": False,
                 "eval_every": 0,  # the benchmark evaluates at its own env-step marks
                 "eval_episodes": scale.eval_episodes,
             },
         }
+    )
+
+
+def make_options(env: EnvSetting, arm: str) -> Any:
+    """The trainer options of one (env, arm) beyond its config (:class:`~tempo_rl.training.options.TrainerOptions`):
+    every arm's critic turn starts with ``"<value>"`` and reads the env's ``critic_history_turns``; the
+    generative arm's critic steps at the env's ``critic_learning_rate``; the warm start cools down over the env's
+    ``warmstart_cooldown``; an oracle arm's estimates are flipped with its ``oracle_flip_prob``."""
+    from tempo_rl.training.options import TrainerOptions
+
+    spec = ARMS[arm]
+    generative = spec["algorithm"] == "tempo" and spec.get("critic", "generative") == "generative"
+    return TrainerOptions(
+        critic_history_turns=env.critic_history_turns,
+        critic_answer_prefix="<value>",
+        critic_learning_rate=env.critic_learning_rate if generative else None,
+        warmstart_cooldown=env.warmstart_cooldown,
+        oracle_flip_prob=spec.get("oracle_flip_prob", 0.0),
     )
 
 
@@ -589,7 +598,8 @@ def warm_start_task(env: EnvSetting, scale: Scale, seed: int, work: Path, tok_di
         )
 
     # keyed on the whole config and the code (a different budget or arm reuses it; a different config does not)
-    key = config_key("warmstart", config(work / "probe"))
+    options = make_options(env, "generative")
+    key = config_key("warmstart", config(work / "probe"), options.as_dict())
     ws_dir = work / f"{env.name}-seed{seed}-warmstart-{key}"
     cfg = config(ws_dir)
     record = ws_dir / "warmstart.json"
@@ -598,7 +608,7 @@ def warm_start_task(env: EnvSetting, scale: Scale, seed: int, work: Path, tok_di
         return cached
     ws_dir.mkdir(parents=True, exist_ok=True)
     t0, c0 = time.perf_counter(), time.process_time()
-    trainer = build_trainer(cfg, ws_dir)
+    trainer = build_trainer(cfg, ws_dir, options=options)
     try:
         metrics = warm_start(trainer)
         state = trainer.c.training_client.save_state("warmstart")
@@ -645,6 +655,7 @@ def arm_task(
         "arm",
         make_config(env, scale, seed, arm, work / "probe", tok_dir),
         {"budget_steps": scale.budget_steps, "eval_points": scale.eval_points},
+        make_options(env, arm).as_dict(),
         warm["key"],
         *(
             [{"probe_games": scale.probe_games, "probe_rollouts": probe_rollouts(env, scale)}]
@@ -668,7 +679,9 @@ def arm_task(
         last.update(metrics)
 
     t_start, c_start = time.perf_counter(), time.process_time()
-    trainer = build_trainer(cfg, run_dir, log=log, backend_state=str(warm["state"]))
+    trainer = build_trainer(
+        cfg, run_dir, log=log, backend_state=str(warm["state"]), options=make_options(env, arm)
+    )
     trainer.state.policy_version = 1  # the warm start was one policy version
     budget = scale.budget_steps
     marks = [round(budget * (k + 1) / scale.eval_points) for k in range(scale.eval_points)]
@@ -1287,7 +1300,10 @@ def _band(ax: Any, x: np.ndarray, ys: np.ndarray, colour: str, label: str) -> No
 
 
 def _scale_from(data: Mapping[str, Any]) -> Scale:
-    return Scale(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
+    # a recorded ``warmup_state_stride`` (1: every round's state, tempo.warmup_states_per_episode = "every_round")
+    # is not a Scale field
+    known = {f.name for f in fields(Scale)}
+    return Scale(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known})
 
 
 #: How the results table names each arm.

@@ -67,9 +67,6 @@ name = "alfworld"
 kwargs = {{ max_steps = {T} }}
 games_dir = "{games}"
 eval_games_dir = "{games}"
-games_glob = "**/game.tw-pddl"
-game_kwarg = "game_file"
-num_eval_seeds = 1
 
 [backend]
 kind = "local"
@@ -91,23 +88,26 @@ td_updates = 1
 
 [sampling]
 max_tokens = 32
+critic_answer = "sampled"
 critic_max_tokens = 8
-critic_answer_prefix = "<value>"
 critic_max_prompt_tokens = 1500
 max_trajectory_tokens = 3000
 
 [warmstart]
-enabled = true
+expert = "walkthrough"
 episodes = 1
 batch_size = 2
 learning_rate = 1e-4
-critic_format_share = 1.0
 
 [optim]
 learning_rate = 1e-4
 
+[kl]
+coef = 0.0
+
 [run]
-console = false
+loggers = []
+eval_episodes = 1
 checkpoint_every = 1
 """
 
@@ -192,6 +192,7 @@ def run_job(model: Path, device: str, quick: bool) -> dict[str, Any]:
     """The real-model ALFWorld job (LoRA rank 8) in this process; its peak memory and sampling batches."""
     from tempo_rl.backends.local.client import LocalSamplingClient, LocalTrainingClient
     from tempo_rl.training.config import load_config
+    from tempo_rl.training.options import TrainerOptions
     from tempo_rl.training.run import train_run
 
     rows: list[int] = []
@@ -230,7 +231,12 @@ def run_job(model: Path, device: str, quick: bool) -> dict[str, Any]:
         t0 = time.perf_counter()
         cpu0 = time.process_time()
         try:
-            summary = train_run(work / "run", load_config(work / "job.toml"), console=False)
+            summary = train_run(
+                work / "run",
+                load_config(work / "job.toml"),
+                console=False,
+                options=TrainerOptions(critic_answer_prefix="<value>"),  # the critic writes only the number
+            )
         finally:
             setattr(LocalSamplingClient, "_run", run_orig)  # noqa: B010
             setattr(LocalTrainingClient, "forward_backward", fb_orig)  # noqa: B010

@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                 "sampling.max_trajectory_tokens=60000",
                 "sampling.critic_max_prompt_tokens=60000",
                 'tempo.prefix_correction="off"',
+                'sampling.critic_answer="sampled"',  # its scripted critic samples answers
+                "kl.coef=0.0",
             ],
         )
         tokenizer = build_tokenizer(env_corpus(cfg, games=1), vocab_size=2048)

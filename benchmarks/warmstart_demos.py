@@ -90,7 +90,7 @@ def demos_of_seed(seed: int, expert: str, episodes: int, work: Path) -> list[dic
             "warmstart": cfg.warmstart.model_copy(update={"expert": expert}),
         }
     )
-    trainer = build_trainer(cfg, run_dir)
+    trainer = build_trainer(cfg, run_dir, options=mechanism.make_options(env, "generative"))
     watched: list[WatchedEnv] = []
     make_env = trainer.c.make_env
 

@@ -149,7 +149,13 @@ def probe_seed(
         last.clear()
         last.update(metrics)
 
-    trainer = build_trainer(cfg, run_dir, log=log, backend_state=str(warm["state"]))
+    trainer = build_trainer(
+        cfg,
+        run_dir,
+        log=log,
+        backend_state=str(warm["state"]),
+        options=mechanism.make_options(env, "generative_critic_only"),
+    )
     trainer.state.policy_version = 1  # as the benchmark: the warm start was one policy version
     warmup: dict[str, list[Any]] = {"success_rate": [], "value_corr": [], "env_steps": []}
     try:

@@ -88,6 +88,7 @@ def training_config(quick: bool) -> dict[str, Any]:
             "error": "brier",
         },
         "sampling": {
+            "critic_answer": "sampled",  # K sampled answers, rewarded by their Brier error
             "max_tokens": 24,
             "critic_max_tokens": 24 if quick else 10,
             "max_trajectory_tokens": 4000,
@@ -95,16 +96,15 @@ def training_config(quick: bool) -> dict[str, Any]:
         },
         "optim": {"learning_rate": 1e-3 if quick else 5e-4, "grad_clip_norm": 1.0},
         "warmstart": {
-            "enabled": not quick,
-            "episodes": 128,
+            "episodes": 0 if quick else 128,
+            "expert": "walkthrough",  # the env offers a walkthrough, not expert_action()
             "noise": 0.1,
             "epochs": 3,
             "batch_size": 4,
             "learning_rate": 3e-3,
-            "balance_actions": True,
-            "critic_format_share": 0.25,
         },
-        "run": {"console": not quick},
+        "kl": {"coef": 0.0},
+        "run": {"loggers": [] if quick else ["console"]},
     }
 
 

@@ -123,13 +123,13 @@ def training_config(data: str, args: argparse.Namespace) -> dict[str, Any]:
         },
         "optim": {
             "learning_rate": 1e-3 if quick else 1e-6,
-            "beta1": 0.9,
-            "beta2": 0.95,
+            "betas": (0.9, 0.95),
             "grad_clip_norm": 1.0,
         },
         # supervised warm start on expert walkthroughs (cross-entropy through the same backend) before RL
-        "warmstart": {"enabled": quick, "episodes": 4, "batch_size": 4},
-        "run": {"console": not quick, "swanlab": args.swanlab},
+        "warmstart": {"episodes": 4 if quick else 0, "batch_size": 4, "expert": "walkthrough"},
+        "kl": {"coef": 0.0},  # TEMPO as published: no anchor
+        "run": {"loggers": ([] if quick else ["console"]) + (["swanlab"] if args.swanlab else [])},
     }
 
 

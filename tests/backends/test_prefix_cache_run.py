@@ -40,6 +40,7 @@ warmup_games_per_batch = 1
 td_updates = 1
 
 [sampling]
+critic_answer = "sampled"
 max_tokens = 16
 critic_max_tokens = 6
 critic_max_prompt_tokens = 400
@@ -47,10 +48,13 @@ max_trajectory_tokens = 1000
 show_remaining_steps = false
 
 [warmstart]
-enabled = false
+episodes = 0
+
+[kl]
+coef = 0.0
 
 [run]
-console = false
+loggers = []
 checkpoint_every = 10
 eval_every = 0
 """

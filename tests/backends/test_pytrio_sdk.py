@@ -283,14 +283,13 @@ learning_rate = 1e-3
 coef = 0.1
 
 [warmstart]
-enabled = true
 episodes = 32           # long enough for valid tool calls
 epochs = 10
 batch_size = 4
 learning_rate = 3e-3
 
 [run]
-console = false
+loggers = []
 checkpoint_every = 1
 """
 

@@ -166,12 +166,11 @@ def test_a_gigpo_run_trains_through_the_tinker_client(tmp_path: Any, monkeypatch
             "sampling.max_tokens=32",
             "sampling.max_trajectory_tokens=1200",
             "optim.learning_rate=1e-3",
-            "warmstart.enabled=true",
             "warmstart.episodes=32",
             "warmstart.epochs=10",
             "warmstart.batch_size=4",
             "warmstart.learning_rate=3e-3",
-            "run.console=false",
+            "run.loggers=[]",
         ],
     )
     try:

@@ -42,6 +42,7 @@ td_updates = 2
 prefix_correction = "off"
 
 [sampling]
+critic_answer = "sampled"
 max_tokens = 48
 critic_max_tokens = 16
 critic_max_prompt_tokens = 1500
@@ -54,10 +55,12 @@ learning_rate = 1e-3
 [workers]
 step_timeout_s = 5.0
 
+[kl]
+coef = 0.0
+
 [run]
-console = false
+loggers = []
 checkpoint_every = 1
-min_free_disk_mb = 1
 """
 
 

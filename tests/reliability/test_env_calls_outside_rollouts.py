@@ -84,7 +84,7 @@ def test_a_flaky_env_outside_rollouts_does_not_stop_the_run(envs: None, tmp_path
 
     config = tiny_config(
         env={"name": "flaky-keydoor"},
-        warmstart={"enabled": True, "episodes": 6},
+        warmstart={"episodes": 6},
         tempo={"warmup_updates": 1, "td_updates": 0},
     )
     summary = train_run(tmp_path / "run", config, console=False)
@@ -99,7 +99,7 @@ def test_warm_start_demos_go_through_the_guarded_path(envs: None, tmp_path: Path
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import warm_start
 
-    config = tiny_config(warmstart={"enabled": True, "episodes": 4}, workers={"step_timeout_s": 1.0})
+    config = tiny_config(warmstart={"episodes": 4}, workers={"step_timeout_s": 1.0})
     trainer = build_trainer(config, tmp_path)
     try:
         hanging = tiny_config(env={"name": "hangs-once-keydoor"}).env

@@ -33,9 +33,7 @@ def test_overwrite_moves_the_old_run_aside(tmp_path: Path, monkeypatch: pytest.M
         raise KeyboardInterrupt  # stop right after the setup; the point is what happened to the old run
 
     monkeypatch.setattr(run_module, "build_trainer", fake_build)
-    code = main(
-        ["train", "--run-dir", str(run_dir), "--overwrite", "--quiet", "--set", "run.min_free_disk_mb=0"]
-    )
+    code = main(["train", "--run-dir", str(run_dir), "--overwrite", "--quiet"])
     assert code == 130 and started == [run_dir]
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("run.replaced-")]
     assert len(aside) == 1

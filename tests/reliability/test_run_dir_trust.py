@@ -31,7 +31,7 @@ def _config() -> object:
     return tiny_config(
         tempo={"warmup_updates": 1, "td_updates": 2},
         kl={"coef": 0.1},
-        warmstart={"enabled": True, "episodes": 2},
+        warmstart={"episodes": 2},
     )
 
 

@@ -25,8 +25,6 @@ TINY = [
     "backend.num_heads=2",
     "--set",
     "backend.max_positions=2048",
-    "--set",
-    "run.min_free_disk_mb=0",
     "--quiet",
 ]
 

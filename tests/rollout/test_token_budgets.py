@@ -57,6 +57,8 @@ def test_the_trainer_warns(offline_tokenizer: Any, tmp_path: Path) -> None:
     from tempo_rl.training.run import _warn_token_budgets
 
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[env]\nname = "keydoor"\n\n[sampling]\nmax_tokens = 3\ncritic_max_tokens = 1\n')
+    cfg.write_text(
+        '[env]\nname = "keydoor"\n\n[sampling]\ncritic_answer = "sampled"\nmax_tokens = 3\ncritic_max_tokens = 1\n'
+    )
     with pytest.warns(TokenBudgetWarning, match="sampling.max_tokens = 3 cannot hold one tool call"):
         _warn_token_budgets(load_config(cfg), offline_tokenizer)

@@ -27,7 +27,9 @@ def test_defaults_are_the_reference_settings() -> None:
 
 
 def test_toml_round_trip(tmp_path: Path) -> None:
-    cfg = load_config(None, ["tempo.branches=8", "env.kwargs={horizon=30, keys=2}", 'run.project="x"'])
+    cfg = load_config(
+        None, ["tempo.branches=8", "env.kwargs={horizon=30, keys=2}", 'run.loggers=["wandb:x"]']
+    )
     path = tmp_path / "c.toml"
     path.write_text(cfg.to_toml())
     assert load_config(path) == cfg
@@ -38,7 +40,6 @@ def test_toml_round_trip(tmp_path: Path) -> None:
     ("override", "field"),
     [
         ("tempo.max_rounds=45", "tempo.max_rounds"),  # T not a multiple of H
-        ("tempo.states_per_batch=20", "tempo.states_per_batch"),  # 20 x (4 + 4) = 160 > 128
         ("tempo.branches=1", "tempo.branches"),
         ("tempo.fresh_share=1.5", "tempo.fresh_share"),
         ('tempo.error="l2"', "tempo.error"),
@@ -53,15 +54,6 @@ def test_invalid_configs_name_the_field(override: str, field: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, [override])
     assert field in str(info.value)
-
-
-def test_batch_limit_message_explains_the_product() -> None:
-    with pytest.raises(
-        ConfigError, match=r"20 x \(4 \+ 4\) = 160 datums exceeds the backend's batch limit 128"
-    ):
-        load_config(None, ["tempo.states_per_batch=20"])
-    # a higher limit makes the same setting valid
-    load_config(None, ["tempo.states_per_batch=20", "optim.max_datums_per_update=160"])
 
 
 def test_t_multiple_of_h_message_suggests_a_fix() -> None:
@@ -80,18 +72,6 @@ def test_a_critic_of_its_own_needs_the_local_backend_and_the_generative_critic()
         load_config(None, ['tempo.critic_weights="own"', 'tempo.critic="oracle"'])
     with pytest.raises(ConfigError, match=r"tempo\.critic_weights"):
         load_config(None, ['tempo.critic_weights="separate"'])
-
-
-def test_a_critic_learning_rate_needs_a_critic_of_its_own() -> None:
-    own = ['tempo.critic_weights="own"', "optim.critic_learning_rate=3e-3"]
-    assert load_config(None, own).optim.critic_learning_rate == 3e-3
-    assert TrainConfig().optim.critic_learning_rate is None  # the actor's step size
-    with pytest.raises(
-        ConfigError, match=r"tempo.critic_weights = 'shared'.*set tempo.critic_weights = 'own'"
-    ):
-        load_config(None, ["optim.critic_learning_rate=3e-3"])
-    with pytest.raises(ConfigError, match=r"optim\.critic_learning_rate"):
-        load_config(None, [*own[:1], "optim.critic_learning_rate=0"])
 
 
 def test_warmup_replay_needs_the_log_loss_critic() -> None:
@@ -144,6 +124,26 @@ def test_game_folders(tmp_path: Path) -> None:
     assert spec0.kwargs["game_file"].endswith("a/game.tw-pddl") and spec0.kwargs["max_steps"] == 5
     assert spec1.kwargs["game_file"].endswith("b/game.tw-pddl")
     assert spec2 == spec0  # cycles
-    empty = load_config(None, [f'env.games_dir="{tmp_path / "a"}"', 'env.games_glob="*.z8"'])
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("")
+    alfworld = ["env.name=alfworld", "env.kwargs={max_steps=5}"]
+    empty = load_config(None, [*alfworld, f'env.games_dir="{tmp_path / "c"}"'])  # no game.tw-pddl there
     with pytest.raises(ConfigError, match=r"env\.games_dir"):
         empty.env.train_game(0)
+
+
+def test_merged_settings_read_as_one() -> None:
+    cfg = load_config(None, [])
+    assert cfg.optim.loss_fn == "importance_sampling" and cfg.optim.ppo_clip is None
+    ppo = load_config(None, ["optim.ppo_clip=[0.8, 1.2]"])
+    assert ppo.optim.loss_fn == "ppo" and ppo.optim.ppo_clip == (0.8, 1.2)
+    assert ppo.optim.adam().eps == 1e-6 and ppo.optim.adam(0.5).learning_rate == 0.5
+    assert not cfg.warmstart.enabled and load_config(None, ["warmstart.episodes=3"]).warmstart.enabled
+    logs = load_config(None, ['run.loggers=["console", "wandb:my-project"]']).run
+    assert logs.logs_to("console") and logs.logs_to("wandb") and not logs.logs_to("swanlab")
+    assert logs.logger_project() == "my-project" and cfg.run.logger_project() is None
+    for bad in ('run.loggers=["tensorboard"]', 'run.loggers=["console:x"]', 'run.loggers=["wandb:"]'):
+        with pytest.raises(ConfigError, match=r"run\.loggers"):
+            load_config(None, [bad])
+    assert load_config(None, ["workers.ray=true"]).workers.ray is True
+    assert load_config(None, ['workers.ray="auto"']).workers.ray == "auto"

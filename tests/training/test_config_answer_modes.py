@@ -11,10 +11,10 @@ from tempo_rl.training.run import DEFAULT_CONFIG
 
 #: a non-default value of each setting that only acts on sampled critic answers
 UNUSED = [
-    ("sampling", "critic_temperature", 0.7),
+    ("sampling", "critic_max_tokens", 6),
     ("tempo", "error", "brier"),
-    ("tempo", "critic_failure_reward", -0.5),
-    ("tempo", "td_critic_baseline", "none"),
+    ("tempo", "critic_samples", 2),
+    ("tempo", "endpoint_samples", 1),
 ]
 EXPECTED = {"sampling": {"critic_answer": "expected"}}
 
@@ -40,7 +40,10 @@ def test_a_setting_of_sampled_answers_is_rejected_with_expected_answers(
 @pytest.mark.parametrize(("section", "name", "value"), UNUSED)
 def test_the_same_setting_is_accepted_where_it_applies(section: str, name: str, value: Any) -> None:
     # sampled answers read it; the other critics and GRPO never use critic_answer at all
-    assert getattr(getattr(validate_config({section: {name: value}}), section), name) == value
+    sampled = {**{section: {name: value}}, "sampling": {"critic_answer": "sampled"}}
+    if section == "sampling":
+        sampled["sampling"] = {"critic_answer": "sampled", name: value}
+    assert getattr(getattr(validate_config(sampled), section), name) == value
     for extra in ({"tempo": {"critic": "oracle"}}, {"algorithm": "grpo"}):
         data = _config(section, name, value, **extra)
         if section == "tempo" and "tempo" in extra:
@@ -55,13 +58,13 @@ def test_defaults_and_the_main_job_validate_with_expected_answers() -> None:
 
 
 def test_every_unused_setting_is_named_at_once() -> None:
-    data: dict[str, Any] = {"sampling": {"critic_answer": "expected", "critic_temperature": 0.5}}
-    data["tempo"] = {"error": "brier", "td_critic_baseline": "none"}
+    data: dict[str, Any] = {"sampling": {"critic_answer": "expected", "critic_max_tokens": 6}}
+    data["tempo"] = {"error": "brier", "critic_samples": 8}
     with pytest.raises(ConfigError) as info:
         validate_config(data)
-    for field in ("sampling.critic_temperature", "tempo.error", "tempo.td_critic_baseline"):
+    for field in ("sampling.critic_max_tokens", "tempo.error", "tempo.critic_samples"):
         assert f"{field} = " in str(info.value)
-    assert "tempo.critic_failure_reward" not in str(info.value)
+    assert "tempo.endpoint_samples" not in str(info.value)
 
 
 def test_an_override_on_the_main_job_is_rejected() -> None:
@@ -69,3 +72,13 @@ def test_an_override_on_the_main_job_is_rejected() -> None:
         ConfigError, match=r"tempo\.error = 'brier' has no effect with sampling\.critic_answer"
     ):
         load_config(DEFAULT_CONFIG, ['tempo.error="brier"'])
+
+
+def test_expected_answers_are_the_local_default_and_remote_backends_sample() -> None:
+    assert validate_config({}).sampling.critic_answer == "expected"
+    remote = validate_config({"backend": {"kind": "tinker", "base_model": "m"}})
+    assert remote.sampling.critic_answer == "sampled"
+    with pytest.raises(ConfigError, match=r"sampling\.critic_answer = 'expected' is for the local backend"):
+        validate_config(
+            {"backend": {"kind": "tinker", "base_model": "m"}, "sampling": {"critic_answer": "expected"}}
+        )

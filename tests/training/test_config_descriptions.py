@@ -43,3 +43,28 @@ def test_no_description_names_a_seed_a_period_or_a_date() -> None:
     assert len(fields) > 50
     bad = {name: f.description for name, f in fields if f.description and HISTORY.search(f.description)}
     assert not bad, bad
+
+
+def _leaves(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """The dotted names of the settings a user can set: every field, a sub-model's fields in its place (the
+    backend, a union of models, counts as one)."""
+    out: list[str] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out.extend(_leaves(ann, f"{prefix}{name}."))
+        else:
+            out.append(f"{prefix}{name}")
+    return out
+
+
+def test_the_config_fits_on_one_screen() -> None:
+    leaves = _leaves(TrainConfig)
+    assert "backend" in leaves and "tempo.branches" in leaves
+    assert len(leaves) <= 70, f"{len(leaves)} settings: {leaves}"
+
+
+def test_every_setting_has_a_description() -> None:
+    leaves = set(_leaves(TrainConfig))
+    missing = [name for name, f in _fields(TrainConfig) if name in leaves and not f.description]
+    assert not missing, missing

@@ -36,7 +36,7 @@ def test_the_main_jobs_critic_answers_parse_in_every_update(tmp_path: Path) -> N
             "run.eval_every=0",
             "run.checkpoint_every=100",
             "run.save_trajectories=false",
-            "run.console=false",
+            "run.loggers=[]",
         ],
     )
     run_dir = tmp_path / "run"

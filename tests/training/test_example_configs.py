@@ -67,7 +67,7 @@ def test_alfworld_pytrio_config_trains_against_the_pytrio_stub(tmp_path: Path) -
         "sampling.critic_max_tokens=8",
         "sampling.critic_max_prompt_tokens=1500",
         "sampling.max_trajectory_tokens=3000",
-        "run.console=false",
+        "run.loggers=[]",
     ]
     cfg = load_config(CONFIGS / "alfworld_pytrio.toml", overrides)
     tokenizer = build_tokenizer(env_corpus(cfg, games=1), vocab_size=600)

@@ -28,7 +28,7 @@ TINY = [
     'backend={kind="local", hidden_size=32, num_layers=1, num_heads=2, vocab_size=512, max_positions=2048}',
     "sampling.max_tokens=24",
     "sampling.max_trajectory_tokens=1500",
-    "run.console=false",
+    "run.loggers=[]",
 ]
 
 ENVS: dict[str, list[str]] = {

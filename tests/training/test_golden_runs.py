@@ -144,6 +144,7 @@ warmup_games_per_batch = 1
 td_updates = 3
 
 [sampling]
+critic_answer = "sampled"
 max_tokens = 24
 critic_max_tokens = 8
 critic_max_prompt_tokens = 400
@@ -154,12 +155,14 @@ show_remaining_steps = false
 learning_rate = 1e-3
 
 [warmstart]
-enabled = true
 episodes = 4
 batch_size = 4
 
+[kl]
+coef = 0.0
+
 [run]
-console = false
+loggers = []
 checkpoint_every = 2
 eval_every = 3
 eval_episodes = 2

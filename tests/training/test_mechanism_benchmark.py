@@ -145,7 +145,8 @@ def test_every_arm_of_an_env_gets_the_same_model_and_env_but_its_own_critic(tmp_
         "generative": "generative",
         "generative_critic_only": "generative",
     }
-    assert cfgs["oracle_flip30"].tempo.oracle_flip_prob == 0.3
+    options = {arm: mech.make_options(env, arm) for arm in env.arms}
+    assert options["oracle_flip30"].oracle_flip_prob == 0.3 and options["oracle"].oracle_flip_prob == 0.0
     assert (
         cfgs["oracle_pc"].tempo.prefix_correction == "clipped"
         and cfgs["oracle"].tempo.prefix_correction == "off"
@@ -154,12 +155,12 @@ def test_every_arm_of_an_env_gets_the_same_model_and_env_but_its_own_critic(tmp_
     # the generative critic's design (benchmarks/critic_warmup.py): its own weights, every round of the warm-up
     # a critic state, the warm-up's examples replayed; no other arm has a second model
     gen = cfgs["generative"].tempo
-    assert (gen.critic_weights, gen.warmup_replay, gen.warmup_state_stride) == ("own", True, 1)
-    assert gen.warmup_states_per_episode is None and gen.warmup_substeps == mech.FULL.warmup_substeps
+    assert (gen.critic_weights, gen.warmup_replay) == ("own", True)
+    assert gen.warmup_states_per_episode == "every_round" and gen.warmup_substeps == mech.FULL.warmup_substeps
     assert all(c.tempo.critic_weights == "shared" for a, c in cfgs.items() if not a.startswith("generative"))
     # keydoor's critic steps at the actor's step size and reads the whole history
-    assert all(c.optim.critic_learning_rate is None for c in cfgs.values())
-    assert all(c.sampling.critic_history_turns is None for c in cfgs.values())
+    assert all(o.critic_learning_rate is None and o.critic_history_turns is None for o in options.values())
+    assert {o.critic_answer_prefix for o in options.values()} == {"<value>"}
     shared = ("env", "sampling", "optim", "warmstart", "kl")
     for c in cfgs.values():
         for part in shared:
@@ -304,7 +305,7 @@ def test_the_value_probe_reads_the_critics_own_value_not_the_mean_of_its_draws(t
     tok_dir = mech.build_env_tokenizer(env, scale, tmp_path)
     cfg = mech.make_config(env, scale, 0, "generative", tmp_path / "run", tok_dir)
     assert cfg.sampling.critic_answer == "expected"
-    trainer = build_trainer(cfg, tmp_path / "run")
+    trainer = build_trainer(cfg, tmp_path / "run", options=mech.make_options(env, "generative"))
     asked: list[int] = []
 
     # every draw says 1; the exact value is 0.2 at state i = 0, 0.3 at 1, 0.4 at 2, 0.2 at 3...
@@ -481,20 +482,19 @@ def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp
     knights = mech.ENVS["knights"]
     for arm in knights.arms:
         c = mech.make_config(knights, mech.FULL, 0, arm, tmp_path / arm, tmp_path / "tok")
+        o = mech.make_options(knights, arm)
         assert c.sampling.temperature == c.sampling.eval_temperature == 0.5
         assert c.warmstart.episodes == 512 and c.tempo.macro_rounds == 2
-        assert (
-            c.sampling.critic_history_turns == 1 and c.optim.learning_rate == mech.FULL.learning_rate == 1e-3
-        )
+        assert o.critic_history_turns == 1 and c.optim.learning_rate == mech.FULL.learning_rate == 1e-3
         if arm == "generative":
             # the warm-up plays GRPO's batch, capped at the env steps of 4 updates of 16 games
             assert c.tempo.warmup_games_per_batch == mech.FULL.grpo_games == 2
             assert (
                 c.tempo.warmup_updates == mech.FULL.warmup_updates * 16 // 2 and c.tempo.warmup_trains_actor
             )
-            assert c.tempo.critic_weights == "own" and c.optim.critic_learning_rate == 3e-3
+            assert c.tempo.critic_weights == "own" and o.critic_learning_rate == 3e-3
         else:
-            assert c.optim.critic_learning_rate is None
+            assert o.critic_learning_rate is None
             if arm != "grpo":
                 assert c.tempo.warmup_updates == 0
     rule = mech.make_config(
@@ -506,15 +506,13 @@ def test_knights_setting_reaches_every_arm_and_keydoor_rule_keeps_the_scales(tmp
     )
     assert ablation.tempo.warmup_games_per_batch == mech.FULL.warmup_games == 4
     assert not ablation.tempo.warmup_trains_actor and ablation.tempo.handover_corr is None
-    assert rule.optim.critic_learning_rate == 3e-3 and rule.sampling.critic_history_turns == 1
+    rule_options = mech.make_options(mech.ENVS["keydoor_rule"], "generative")
+    assert rule_options.critic_learning_rate == 3e-3 and rule_options.critic_history_turns == 1
     assert rule.optim.learning_rate == 1e-3 and rule.warmstart.epochs == 3
-    assert rule.warmstart.cooldown == pytest.approx(1 / 3)
-    grpo = mech.make_config(mech.ENVS["keydoor_rule"], mech.FULL, 0, "grpo", tmp_path / "r", tmp_path / "tok")
-    assert grpo.optim.critic_learning_rate is None and grpo.warmstart.cooldown == pytest.approx(1 / 3)
-    assert (
-        mech.make_config(knights, mech.FULL, 0, "grpo", tmp_path / "k", tmp_path / "tok").warmstart.cooldown
-        == 0
-    )
+    assert rule_options.warmstart_cooldown == pytest.approx(1 / 3)
+    grpo = mech.make_options(mech.ENVS["keydoor_rule"], "grpo")
+    assert grpo.critic_learning_rate is None and grpo.warmstart_cooldown == pytest.approx(1 / 3)
+    assert mech.make_options(knights, "grpo").warmstart_cooldown == 0
 
 
 def test_the_probe_reads_knights_values_from_32_rollouts_and_the_others_from_the_scales() -> None:
@@ -563,7 +561,7 @@ def test_keydoor_rules_prompts_with_the_lock_note_fit_the_critics_budget(tmp_pat
     env_setting, scale = mech.ENVS["keydoor_rule"], mech.FULL
     tok_dir = mech.build_env_tokenizer(env_setting, scale, tmp_path)
     cfg = mech.make_config(env_setting, scale, 0, "generative", tmp_path / "run", tok_dir)
-    trainer = build_trainer(cfg, tmp_path / "run")
+    trainer = build_trainer(cfg, tmp_path / "run", options=mech.make_options(env_setting, "generative"))
     try:
         critic, env, rng = trainer.c.critic, KeyDoorEnv(**env_setting.kwargs), random.Random(0)
         longest: dict[str, int] = {}

@@ -204,9 +204,8 @@ def test_invalid_modes_and_clips_name_the_fix():
         PrefixCorrection("clipped", (1.5, 2.0))
     with pytest.raises(ValueError, match="segments"):
         PrefixCorrection("clipped", segments=0)
-    assert TempoConfig().prefix_correction == "clipped" and TempoConfig().prefix_clip == (0.5, 2.0)
-    with pytest.raises(ConfigError, match="prefix_clip"):
-        tiny_config("tempo.prefix_clip=[2.0, 3.0]")
+    assert TempoConfig().prefix_correction == "clipped"
+    assert PrefixCorrection.from_config(TempoConfig()).clip == (0.5, 2.0)
     with pytest.raises(ConfigError, match="prefix_correction"):
         tiny_config('tempo.prefix_correction="sometimes"')
 
@@ -363,7 +362,6 @@ def test_td_update_weights_the_advantages_of_stale_starts(mode):
         "tempo.fresh_share=0.5",
         "tempo.states_per_batch=2",
         f'tempo.prefix_correction="{mode}"',
-        "tempo.prefix_clip=[0.5, 2.0]",
     )
     trainer, training, records = _td_trainer(cfg)
     asyncio.run(trainer.td_update(0))

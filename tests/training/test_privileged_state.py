@@ -95,8 +95,7 @@ def test_every_critic_prompt_of_a_knights_run_shows_the_note_of_its_own_state() 
         'env.kwargs={size=5, preplaced=2, place=3, max_steps=16, feedback="final"}',
         "tempo.warmup_updates=1",
         "tempo.td_updates=2",
-        "tempo.warmup_state_stride=1",
-        "tempo.warmup_states_per_episode=100",
+        'tempo.warmup_states_per_episode="every_round"',
         "tempo.fresh_share=0.5",
         "tempo.macro_rounds=2",
     )

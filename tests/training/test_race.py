@@ -77,3 +77,22 @@ def test_a_short_race_writes_its_summary_and_plot(tmp_path: Path) -> None:
     before = sorted(p.name for p in run_dir.iterdir())
     assert main([*args]) == 2
     assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_the_built_in_race_runs_its_critic_design_and_a_config_of_ones_own_runs_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tempo_rl.cli import main
+    from tempo_rl.training import race as race_module
+    from tempo_rl.training.options import TrainerOptions
+    from tempo_rl.training.race import RACE_CONFIG, RACE_OPTIONS
+
+    seen: list[object] = []
+    monkeypatch.setattr(race_module, "race", lambda *args, **kwargs: seen.append(kwargs.get("options")) or {})
+    args = ["race", "--budget-env-steps", "60", "--quiet"]
+    assert main([*args, "--run-dir", str(tmp_path / "built-in")]) == 0
+    assert main([*args, "--run-dir", str(tmp_path / "own"), "--config", str(RACE_CONFIG)]) == 0
+    assert seen == [RACE_OPTIONS, None]
+    assert RACE_OPTIONS.critic_learning_rate == 3e-3 and RACE_OPTIONS.critic_history_turns == 1
+    assert RACE_OPTIONS.critic_answer_prefix == "<value>" and RACE_OPTIONS.warmstart_cooldown == 1 / 3
+    assert TrainerOptions() != RACE_OPTIONS

@@ -42,8 +42,8 @@ RAY_RUN = [
     "sampling.critic_max_tokens=8",
     "sampling.critic_max_prompt_tokens=400",
     "sampling.max_trajectory_tokens=1200",
-    "warmstart.enabled=false",
-    "run.console=false",
+    "warmstart.episodes=0",
+    "run.loggers=[]",
 ]
 
 

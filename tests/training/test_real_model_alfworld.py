@@ -27,6 +27,7 @@ pytest.importorskip("torch")
 pytest.importorskip("alfworld")
 
 from tempo_rl.training.config import load_config
+from tempo_rl.training.options import TrainerOptions
 from tempo_rl.training.run import train_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,9 +41,6 @@ name = "alfworld"
 kwargs = {{ max_steps = {T} }}
 games_dir = "{games}"
 eval_games_dir = "{games}"
-games_glob = "**/game.tw-pddl"
-game_kwarg = "game_file"
-num_eval_seeds = 1
 
 [backend]
 kind = "local"
@@ -63,23 +61,26 @@ td_updates = {td}
 
 [sampling]
 max_tokens = 32            # one tool call is ~30 tokens in this tokenizer (its tags are not single tokens)
+critic_answer = "sampled"
 critic_max_tokens = 8      # "0.5</value>" is 6 tokens
-critic_answer_prefix = "<value>"
 critic_max_prompt_tokens = 1500
 max_trajectory_tokens = 3000
 
 [warmstart]                 # one noisy expert demo (cross-entropy) + one critic answer-format example
-enabled = {warmstart}
-episodes = 1
+expert = "walkthrough"
+episodes = {warmstart}
 batch_size = 2
 learning_rate = 1e-4
-critic_format_share = 1.0
 
 [optim]
 learning_rate = 1e-4
 
+[kl]
+coef = 0.0
+
 [run]
-console = false
+loggers = []
+eval_episodes = 1
 checkpoint_every = 1
 """
 
@@ -93,10 +94,12 @@ def _run(
         src = sorted(p for p in GAMES.iterdir() if p.name.startswith("look_at_obj_in_light"))[0]
         shutil.copytree(src, games / src.name)
     cfg_file = tmp_path / f"lora{lora}.toml"
-    text = CONFIG.format(games=games, model=model, lora=lora, td=td, T=T, warmstart=str(warmstart).lower())
+    text = CONFIG.format(games=games, model=model, lora=lora, td=td, T=T, warmstart=1 if warmstart else 0)
     cfg_file.write_text(text)
     run_dir = tmp_path / f"run-lora{lora}"
-    summary = train_run(run_dir, load_config(cfg_file), console=False)
+    summary = train_run(
+        run_dir, load_config(cfg_file), console=False, options=TrainerOptions(critic_answer_prefix="<value>")
+    )
     assert summary["updates_done"] == 1 + td
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     assert [m["step"] for m in metrics] == list(range(0 if warmstart else 1, 2 + td))  # warm start: step 0

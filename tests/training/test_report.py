@@ -54,7 +54,7 @@ def _estimates(values: list[float], texts: list[str]) -> CriticEstimates:
 
 def test_critic_records_hold_text_value_reward_and_advantage() -> None:
     est = _estimates([0.2, 0.6, math.nan], ["<value>0.2</value>", "think <value>0.6</value>", "no idea"])
-    tempo = TempoConfig(r_max=1.0, error="l1", critic_failure_reward=-1.0)
+    tempo = TempoConfig(r_max=1.0, error="l1")
     [rec] = critic_records([est], [0.5], tempo, centred=True, weight=2.0)
     # rewards -|V - G| / R_max: -0.3, -0.1, and the failure reward -1 for the unparsed one; mean -1.4 / 3
     assert rec["target"] == 0.5

@@ -18,6 +18,7 @@ from tempo_rl.envs.workers import EnvWorkerPool
 from tempo_rl.rollout import ChatRenderer, RolloutSettings
 from tempo_rl.rollout.tool_call import ToolCallParser
 from tempo_rl.training.critics import state_critic
+from tempo_rl.training.options import TrainerOptions
 from tempo_rl.training.tempo import TempoTrainer
 from tempo_rl.training.trainer import UpdateTimer
 
@@ -25,11 +26,16 @@ from tempo_rl.training.trainer import UpdateTimer
 
 
 def test_state_critic_builds_the_configured_critic() -> None:
-    cfg = tiny_config("tempo.critic=oracle", "tempo.oracle_flip_prob=0.25", "tempo.oracle_noise_sigma=0.1")
+    cfg = tiny_config("tempo.critic=oracle")
     comps, _, _ = scripted_components(cfg)
-    oracle = state_critic(cfg, comps.chat, pool=comps.pool, restore_branches=comps.restore_branches)
+    noisy = TrainerOptions(oracle_flip_prob=0.25, oracle_noise_sigma=0.1)
+    oracle = state_critic(
+        cfg, comps.chat, pool=comps.pool, restore_branches=comps.restore_branches, options=noisy
+    )
     assert isinstance(oracle, OracleCritic)
     assert (oracle.flip_prob, oracle.sigma, oracle.max_rounds) == (0.25, 0.1, 16)
+    exact = state_critic(cfg, comps.chat, pool=comps.pool, restore_branches=comps.restore_branches)
+    assert isinstance(exact, OracleCritic) and (exact.flip_prob, exact.sigma) == (0.0, 0.0)
     cfg = tiny_config("tempo.critic=monte_carlo", "tempo.critic_rollouts=3", "env.invalid_action_penalty=0.1")
     mc = state_critic(cfg, comps.chat, pool=comps.pool, restore_branches=comps.restore_branches)
     assert isinstance(mc, MonteCarloCritic)
@@ -41,16 +47,20 @@ def test_state_critic_builds_the_configured_critic() -> None:
     with pytest.raises(ValueError, match="critic"):
         tiny_config("tempo.critic=perfect")
     with pytest.raises(ValueError, match="oracle_flip_prob"):
-        tiny_config("tempo.oracle_flip_prob=2")
+        TrainerOptions(oracle_flip_prob=2)
 
 
 # ---------------------------------------------------------------------------------------------- end to end
 
 
-def _oracle_trainer(*overrides: str) -> tuple[TempoTrainer, list, list]:
+def _oracle_trainer(
+    *overrides: str, options: TrainerOptions | None = None
+) -> tuple[TempoTrainer, list, list]:
     cfg = tiny_config("tempo.critic=oracle", *overrides)
     comps, _sampler, _training = scripted_components(cfg, p_right=0.5)
-    comps.critic = state_critic(cfg, comps.chat, pool=comps.pool, restore_branches=comps.restore_branches)
+    comps.critic = state_critic(
+        cfg, comps.chat, pool=comps.pool, restore_branches=comps.restore_branches, options=options
+    )
     trajectories: list = []
     logged: list = []
     trainer = TempoTrainer(
@@ -114,7 +124,7 @@ def test_noisy_oracle_in_the_trainer_reproduces_on_the_same_seed() -> None:
             "tempo.warmup_updates=0",
             "tempo.td_updates=1",
             "tempo.fresh_share=1.0",
-            "tempo.oracle_flip_prob=0.5",
+            options=TrainerOptions(oracle_flip_prob=0.5),
         )
         trainer.train()
         runs.append([r["endpoint_value"] for r in trajectories])
@@ -262,7 +272,6 @@ max_positions = 2048
 
 [tempo]
 critic = "oracle"
-oracle_flip_prob = 0.1
 max_rounds = 12
 macro_rounds = 4
 branches = 2
@@ -273,15 +282,19 @@ warmup_updates = 0
 td_updates = 1
 
 [sampling]
+critic_answer = "sampled"
 max_tokens = 24
 max_trajectory_tokens = 1200
 show_remaining_steps = false
 
 [warmstart]
-enabled = false
+episodes = 0
+
+[kl]
+coef = 0.0
 
 [run]
-console = false
+loggers = []
 eval_every = 0
 """
 
@@ -296,7 +309,7 @@ def test_build_trainer_runs_tempo_with_the_oracle_on_the_local_backend(tmp_path)
     cfg_file = tmp_path / "oracle.toml"
     cfg_file.write_text(LOCAL)
     config = load_config(cfg_file)
-    built = build_trainer(config, tmp_path / "built")
+    built = build_trainer(config, tmp_path / "built", options=TrainerOptions(oracle_flip_prob=0.1))
     try:
         assert isinstance(built.c.critic, OracleCritic)
         assert (built.c.critic.flip_prob, built.c.critic.max_rounds) == (0.1, 12)

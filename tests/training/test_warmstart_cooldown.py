@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tempo_rl.training.config import ConfigError, load_config
+from tempo_rl.training.config import load_config
+from tempo_rl.training.options import TrainerOptions
 from tempo_rl.training.warmstart import cooldown_learning_rate
 
 
@@ -61,7 +62,6 @@ OVERRIDES = [
     "warmstart.epochs=2",
     "warmstart.batch_size=2",
     "warmstart.learning_rate=0.01",
-    "warmstart.cooldown=0.5",
 ]
 
 
@@ -76,7 +76,9 @@ def test_warm_start_steps_at_the_cooled_rates(tmp_path: Path) -> None:
 
     path = tmp_path / "cfg.toml"
     path.write_text(CONFIG)
-    trainer = build_trainer(load_config(path, OVERRIDES), tmp_path / "run")
+    trainer = build_trainer(
+        load_config(path, OVERRIDES), tmp_path / "run", options=TrainerOptions(warmstart_cooldown=0.5)
+    )
     client = trainer.c.training_client
     seen: list[float] = []
     step = client.optim_step
@@ -91,13 +93,8 @@ def test_warm_start_steps_at_the_cooled_rates(tmp_path: Path) -> None:
     assert seen == pytest.approx([0.01, 0.01, 0.01 * 2 / 3, 0.01 / 3])
 
 
-def test_cooldown_is_a_share(tmp_path: Path) -> None:
-    pytest.importorskip("torch")  # test_warmstart_expert needs it
-    from test_warmstart_expert import CONFIG
-
-    path = tmp_path / "cfg.toml"
-    path.write_text(CONFIG)
-    assert load_config(path).warmstart.cooldown == 0.0  # the library default: a constant step size
-    assert load_config(path, OVERRIDES).warmstart.cooldown == 0.5
-    with pytest.raises(ConfigError, match="cooldown"):
-        load_config(path, ["warmstart.cooldown=1.5"])
+def test_cooldown_is_a_share() -> None:
+    assert TrainerOptions().warmstart_cooldown == 0.0  # the library default: a constant step size
+    assert TrainerOptions(warmstart_cooldown=0.5).warmstart_cooldown == 0.5
+    with pytest.raises(ValueError, match="warmstart_cooldown"):
+        TrainerOptions(warmstart_cooldown=1.5)

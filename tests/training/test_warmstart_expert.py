@@ -41,17 +41,20 @@ max_rounds = 48
 macro_rounds = 8
 
 [sampling]
+critic_answer = "sampled"
 max_tokens = 24
 critic_max_prompt_tokens = 400
 max_trajectory_tokens = 4000
 
 [warmstart]
-enabled = true
+episodes = 500
 noise = 0.1
-critic_format_share = 0.0
+
+[kl]
+coef = 0.0
 
 [run]
-console = false
+loggers = []
 """
 
 
@@ -136,7 +139,7 @@ def test_recovering_needs_an_expert_action(tmp_path: Path, monkeypatch: pytest.M
 def test_warmstart_expert_is_validated(tmp_path: Path) -> None:
     path = tmp_path / "cfg.toml"
     path.write_text(CONFIG)
-    assert load_config(path).warmstart.expert == "walkthrough"  # the library default
+    assert load_config(path).warmstart.expert == "recovering"  # the library default (measured best)
     with pytest.raises(ConfigError, match="expert"):
         load_config(path, ['warmstart.expert="dagger"'])
 

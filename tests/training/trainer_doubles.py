@@ -143,6 +143,9 @@ TINY = [
     "sampling.critic_max_tokens=16",
     "sampling.max_trajectory_tokens=4000",
     "sampling.show_remaining_steps=false",
+    # the scripted critic samples its answers, and these tests train without the KL anchor
+    'sampling.critic_answer="sampled"',
+    "kl.coef=0.0",
 ]
 
 _TOKENIZERS: dict[str, Any] = {}

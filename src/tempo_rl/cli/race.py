@@ -55,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 def run(args: argparse.Namespace) -> int:
     """Run ``tempo-rl race``; 0 done, 2 a bad input (nothing written)."""
     from tempo_rl.training.config import load_config
-    from tempo_rl.training.race import RACE_CONFIG, race
+    from tempo_rl.training.race import RACE_CONFIG, RACE_OPTIONS, race
 
     checks.whole("--budget-env-steps", args.budget_env_steps, at_least=1)
     checks.whole("--marks", args.marks, at_least=1)
@@ -67,5 +67,13 @@ def run(args: argparse.Namespace) -> int:
         checks.existing_file("--config", args.config, what="a TOML config")
     config = load_config(args.config if args.config is not None else RACE_CONFIG, args.overrides)
     say = (lambda _line: None) if args.quiet else (lambda line: print(line, flush=True))
-    race(config, run_dir, budget_env_steps=args.budget_env_steps, marks=args.marks, jobs=args.jobs, say=say)
+    race(
+        config,
+        run_dir,
+        budget_env_steps=args.budget_env_steps,
+        marks=args.marks,
+        jobs=args.jobs,
+        say=say,
+        options=RACE_OPTIONS if args.config is None else None,  # the built-in race's critic design
+    )
     return 0

@@ -43,10 +43,8 @@ runs), not ``log q``: the learner computes the unrestricted logprob, so the impo
 ``sum_j p(answer_j)``, a format-mass factor, not a policy change). The gradient is then
 ``A_k grad log p(answer_k)``, while the restricted policy's is ``A_k (grad log p(answer_k) - grad log Z)``,
 ``Z = sum_j p(answer_j)``. ``Z`` is the same for the K samples of one prompt, so with advantages centred
-over the K samples (the warm-up; TD with ``td_critic_baseline = "group_mean"``) the extra term
-``grad log Z * sum_k A_k`` is exactly 0 and the two gradients are equal. Uncentred TD rewards (``"none"``)
-add ``grad log Z * sum_k A_k``: Brier/L1 rewards are <= 0, so this lowers ``Z`` (mass leaves the answer
-set); the readout stays defined (it renormalises) and that term is scaled by ``td_critic_weight``.
+over the K samples (as the trainer centres them, in the warm-up and in TD) the extra term
+``grad log Z * sum_k A_k`` is exactly 0 and the two gradients are equal.
 """
 
 from __future__ import annotations

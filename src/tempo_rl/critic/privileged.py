@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tempo_rl.envs.games import GAME_KWARG, game_file_pattern
+
 __all__ = [
     "PRIVILEGED_INFO_RATE",
     "PrivilegedInfoCoverage",
@@ -98,8 +100,6 @@ class _EnvConfigLike(Protocol):
     name: str
     kwargs: dict[str, Any]
     games_dir: str | None
-    games_glob: str
-    game_kwarg: str
 
     def train_game(self, index: int) -> tuple[Any, int]: ...
 
@@ -119,8 +119,8 @@ def privileged_info_coverage(
     cheap = getattr(factory, "privileged_info_available", None)
     hint = str(getattr(factory, "privileged_info_hint", "") or "")
     if env.games_dir is not None and callable(cheap):
-        files = sorted(str(p) for p in Path(env.games_dir).glob(env.games_glob) if p.is_file())
-        missing = tuple(f for f in files if not cheap(**{**env.kwargs, env.game_kwarg: f}))
+        files = sorted(str(p) for p in Path(env.games_dir).glob(game_file_pattern(env.name)) if p.is_file())
+        missing = tuple(f for f in files if not cheap(**{**env.kwargs, GAME_KWARG: f}))
         return PrivilegedInfoCoverage(len(files), missing, exhaustive=True, hint=hint)
     spec, seed = env.train_game(0)
     built = make_env(spec, seed) if make_env is not None else _make_and_reset(spec, seed)
@@ -128,7 +128,7 @@ def privileged_info_coverage(
         text = built.privileged_info()
     finally:
         built.close()
-    game = str(spec.kwargs.get(env.game_kwarg) or f"{spec.name}:{seed}")
+    game = str(spec.kwargs.get(GAME_KWARG) or f"{spec.name}:{seed}")
     missing_one: Sequence[str] = () if has_privileged_info(text) else (game,)
     return PrivilegedInfoCoverage(1, tuple(missing_one), exhaustive=False, hint=hint)
 

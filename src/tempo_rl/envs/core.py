@@ -52,8 +52,7 @@ Gymnasium semantics for the two end flags (they decide TEMPO's bootstrap):
 * ``terminated``: the episode reached a terminal state of the MDP (won, lost). The value of what follows is
   0 by definition; TEMPO never bootstraps it.
 * ``truncated``: the episode was cut for a reason outside the MDP (a step limit). The trainer values the
-  future at 0 by default (the task's step budget is spent), or with the critic's V_hat under
-  ``tempo.bootstrap_episode_limit``.
+  future at 0 (the task's step budget is spent).
 """
 
 from __future__ import annotations

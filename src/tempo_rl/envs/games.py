@@ -5,7 +5,11 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-__all__ = ["NoGamesError", "find_games"]
+__all__ = ["GAME_KWARG", "NoGamesError", "find_games", "game_file_pattern"]
+
+#: the env constructor keyword that takes a game file (``env.games_dir``): an env built from game files names
+#: its argument ``game_file``
+GAME_KWARG = "game_file"
 
 
 class NoGamesError(FileNotFoundError):
@@ -24,3 +28,11 @@ def find_games(folder: str, pattern: str) -> tuple[str, ...]:
     if not files:
         raise NoGamesError(f"no game file matches {pattern!r} under {folder!r}")
     return files
+
+
+def game_file_pattern(env_name: str) -> str:
+    """The glob of the game files of registered env ``env_name`` in a games folder: its factory's
+    ``game_files`` attribute (ALFWorld: ``"**/game.tw-pddl"``), else every file (``"**/*"``)."""
+    from tempo_rl.envs.registry import get_factory
+
+    return str(getattr(get_factory(env_name), "game_files", "**/*"))

@@ -22,8 +22,7 @@ reason             condition                                     TEMPO's return
 =================  ============================================  ==================================
 ``terminated``     the env reports a terminal MDP state          R_n = r_n (no bootstrap)
 ``max_rounds``     the episode reached T env steps (or the env   R_n = r_n (the step budget is
-                   truncated it)                                 spent); R_n = r_n + V_hat with
-                                                                 ``tempo.bootstrap_episode_limit``
+                   truncated it)                                 spent)
 ``macro_boundary`` the segment reached H rounds                  R_n = r_n + V_hat; endpoint stored
 ``token_budget``   the next turn would not fit the token budget  R_n = r_n (the agent cannot act on)
 ``error``          env crash / time-out                          branch dropped (counted)

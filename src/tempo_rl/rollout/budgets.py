@@ -43,7 +43,8 @@ def token_budget_problems(
         tokenizer: the model's tokenizer (``encode(text, add_special_tokens=False)``).
         max_tokens: ``sampling.max_tokens``, the actor's tokens per turn.
         critic_max_tokens: ``sampling.critic_max_tokens`` (None: not checked).
-        critic_answer_prefix: ``sampling.critic_answer_prefix``; its tokens belong to the prompt.
+        critic_answer_prefix: the critic's answer prefix (:class:`~tempo_rl.training.options.TrainerOptions`);
+            its tokens belong to the prompt.
         tool_name: the tool the actor calls.
         generative_critic: whether the critic samples answers (``tempo.critic = "generative"``).
     """

@@ -27,6 +27,7 @@ _EXPORTS = {
     "StartState": "tempo_rl.training.types",
     "TrainerComponents": "tempo_rl.training.types",
     "TrainerState": "tempo_rl.training.trainer",
+    "TrainerOptions": "tempo_rl.training.options",
     "TempoTrainer": "tempo_rl.training.tempo",
     "GrpoTrainer": "tempo_rl.training.grpo",
     "GigpoTrainer": "tempo_rl.training.gigpo",

@@ -24,7 +24,7 @@ import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -37,10 +37,14 @@ from pydantic import (
 )
 
 from tempo_rl.backends.config import BackendConfig, LocalBackendConfig
-from tempo_rl.backends.types import SamplingParams
+from tempo_rl.backends.types import AdamParams, SamplingParams
+from tempo_rl.envs.games import GAME_KWARG
 from tempo_rl.envs.snapshot import EnvSpec
 
 __all__ = [
+    "ADAM_EPS",
+    "CRITIC_LEVELS",
+    "EVAL_SEED_START",
     "ConfigError",
     "EnvConfig",
     "GigpoConfig",
@@ -59,6 +63,23 @@ __all__ = [
     "parse_override",
     "validate_config",
 ]
+
+
+#: The critic's answer grid: L evenly spaced values of [0, R_max]; with 2 each answer is one binary token and
+#: the expected-answer critic's V_hat is the probability of R_max (measured against 11 levels: docs/concepts.md)
+CRITIC_LEVELS = 2
+
+#: Adam's epsilon: a weight's step is lr * m_hat / (sqrt(v_hat) + eps), so a weight whose gradient RMS is far
+#: below eps moves by much less than lr. Measured on the main job against the services' 1e-12, which moves every
+#: weight by about lr however faint its gradient: at 1e-12 one seed's learnt walk broke for good (docs/results.md)
+ADAM_EPS = 1e-6
+
+
+#: the reset seed of the first evaluation game (``EVAL_SEED_START + j``), far from the training seeds
+EVAL_SEED_START = 1_000_000
+
+#: the metrics sinks of ``run.loggers``
+LOGGERS = ("console", "swanlab", "wandb")
 
 
 class ConfigError(ValueError):
@@ -85,20 +106,21 @@ class _Model(BaseModel):
 class EnvConfig(_Model):
     """Which environment to train on and which reset seeds count as training / evaluation games.
 
-    Fresh episode starts use seeds ``train_seed_start + i`` (``i`` cycles through ``num_train_seeds`` when set,
-    else grows without bound); evaluation uses ``eval_seed_start + j`` for ``j < num_eval_seeds``.
+    Fresh episode starts use seeds ``train_seed_start + i`` (``i`` = 0, 1, 2, ...: every fresh game a new one);
+    evaluation uses ``EVAL_SEED_START + j`` (1,000,000 + j, apart from the training
+    seeds) for ``j < run.eval_episodes``. With
+    ``games_dir`` each game is a file, passed to the env as its ``game_file`` keyword argument.
     """
 
     name: str = Field(default="keydoor", min_length=1, description="registered env name (tempo_rl.envs)")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="env constructor keyword arguments")
-    train_seed_start: int = Field(default=0, ge=0)
-    num_train_seeds: int | None = Field(default=None, ge=1)
-    eval_seed_start: int = Field(default=1_000_000, ge=0)
-    num_eval_seeds: int = Field(default=32, ge=1)
+    train_seed_start: int = Field(
+        default=0, ge=0, description="reset seed of the first fresh training game; the i-th uses this + i"
+    )
     games_dir: str | None = Field(default=None, description="folder of game files (one env per file)")
-    eval_games_dir: str | None = Field(default=None, description="folder of evaluation game files")
-    games_glob: str = Field(default="**/game.tw-pddl", description="which files in games_dir are games")
-    game_kwarg: str = Field(default="game_file", description="the env keyword that takes a game file")
+    eval_games_dir: str | None = Field(
+        default=None, description="folder of evaluation game files (None: evaluation games are reset seeds)"
+    )
     invalid_action_penalty: float = Field(
         default=0.0,
         ge=0.0,
@@ -118,15 +140,13 @@ class EnvConfig(_Model):
 
     def train_seed(self, index: int) -> int:
         """The reset seed of the ``index``-th fresh training game."""
-        if self.num_train_seeds is not None:
-            index %= self.num_train_seeds
         return self.train_seed_start + index
 
     def _game_files(self, folder: str) -> tuple[str, ...]:
-        from tempo_rl.envs.games import NoGamesError, find_games
+        from tempo_rl.envs.games import NoGamesError, find_games, game_file_pattern
 
         try:
-            return find_games(folder, self.games_glob)
+            return find_games(folder, game_file_pattern(self.name))
         except NoGamesError as exc:
             raise ConfigError(
                 f"env: {exc}; point env.games_dir / env.eval_games_dir at a folder of games (e.g. an ALFWorld "
@@ -136,67 +156,54 @@ class EnvConfig(_Model):
     def train_game(self, index: int) -> tuple[EnvSpec, int]:
         """``(spec, seed)`` of the ``index``-th fresh training game.
 
-        With ``games_dir`` the game is file ``index mod n`` of the sorted matches of ``games_glob`` there, passed
-        as ``kwargs[game_kwarg]``; otherwise every game is ``spec()`` and the seed picks the instance.
+        With ``games_dir`` the game is file ``index mod n`` of the sorted game files there (the env's ``game_files`` glob), passed
+        as ``kwargs["game_file"]``; otherwise every game is ``spec()`` and the seed picks the instance.
         """
         seed = self.train_seed(index)
         if self.games_dir is None:
             return self.spec(), seed
         files = self._game_files(self.games_dir)
-        return EnvSpec(
-            name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}
-        ), seed
+        return EnvSpec(name=self.name, kwargs={**self.kwargs, GAME_KWARG: files[index % len(files)]}), seed
 
     def eval_game(self, index: int) -> tuple[EnvSpec, int]:
         """``(spec, seed)`` of the ``index``-th evaluation game (``eval_games_dir`` or seeds from
-        ``eval_seed_start``)."""
-        seed = self.eval_seed_start + index
+        :data:`EVAL_SEED_START`)."""
+        seed = EVAL_SEED_START + index
         folder = self.eval_games_dir or None
         if folder is None:
             return self.spec(), seed
         files = self._game_files(folder)
-        return EnvSpec(
-            name=self.name, kwargs={**self.kwargs, self.game_kwarg: files[index % len(files)]}
-        ), seed
+        return EnvSpec(name=self.name, kwargs={**self.kwargs, GAME_KWARG: files[index % len(files)]}), seed
 
 
 class SamplingConfig(_Model):
     """Sampling settings of the actor and the critic (token counts are model tokens)."""
 
-    temperature: float = Field(default=1.0, gt=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per actor turn")
-    critic_temperature: float = Field(default=1.0, gt=0.0)
-    critic_max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per critic estimate")
-    critic_max_prompt_tokens: int = Field(default=8192, ge=16)
-    critic_history_turns: int | None = Field(
-        default=None,
-        ge=0,
-        description=(
-            "show the generative critic only the last this many (action, observation) turns of the "
-            "interaction, besides the initial observation (None: all; 1: the last action and the current "
-            "observation). For an env whose current observation and privileged state describe the state, older "
-            "turns only cost prefill and offer the critic features that do not decide the value"
-        ),
+    temperature: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="sampling temperature of the actor's turns and the critic's sampled answers",
     )
-    critic_answer_prefix: str = Field(
-        default="",
-        description=(
-            "text the critic's turn starts with, written into its prompt (e.g. '<value>': the model then "
-            "samples only the number and '</value>', and cannot reason first); leave empty for a critic that "
-            "should reason"
-        ),
+    max_tokens: int = Field(default=512, ge=1, description="max sampled tokens per actor turn")
+    critic_max_tokens: int = Field(
+        default=512,
+        ge=1,
+        description="sampling.critic_answer = 'sampled': max sampled tokens per critic answer (its reasoning and "
+        "<value>v</value>)",
+    )
+    critic_max_prompt_tokens: int = Field(
+        default=8192,
+        ge=16,
+        description="token budget of one critic prompt; a state whose prompt is longer gets no estimate (counted)",
     )
     critic_answer: Literal["sampled", "constrained", "expected"] = Field(
-        default="sampled",
+        default="expected",
         description=(
-            "how the critic answers (tempo_rl.critic.generative): 'sampled' (free completions, strictly parsed; "
-            "the only mode of remote backends), 'constrained' (the K answers are drawn from the model's "
-            "distribution restricted to the valid answers <value>v</value> of the warmstart.critic_format_levels "
-            "grid: they always parse) or 'expected' (the state's value is the exact expectation over those "
-            "answers, and the critic is trained by their log-loss against the target's two-hot weights, so "
-            "tempo.error, tempo.critic_failure_reward and tempo.td_critic_baseline do not apply); the last two "
-            "are for the local backend"
+            "how the generative critic answers (tempo_rl.critic.generative): 'expected' (its value is the exact "
+            "expectation over the answers <value>0</value> and <value>R_max</value>, trained by their log-loss; "
+            "the local backend's default), 'sampled' (K free completions, strictly parsed; the default and only "
+            "mode of PyTRIO and Tinker) or 'constrained' (the K answers drawn from the model's distribution "
+            "restricted to those valid answers; local backend)"
         ),
     )
     max_trajectory_tokens: int = Field(
@@ -205,40 +212,47 @@ class SamplingConfig(_Model):
     show_remaining_steps: bool = Field(
         default=True, description="show the remaining step budget (T - round) to the actor and the critic"
     )
-    eval_temperature: float = Field(default=0.01, gt=0.0)
+    eval_temperature: float = Field(
+        default=0.01, gt=0.0, description="sampling temperature of evaluation episodes (0.01: near-greedy)"
+    )
 
     def actor_params(
         self, stop: tuple[int, ...] | None, *, temperature: float | None = None, seed: int | None = None
     ) -> SamplingParams:
         """The actor's :class:`~tempo_rl.backends.types.SamplingParams` for one assistant turn (``max_tokens``,
-        ``temperature`` unless given, ``top_p``), stopping at ``stop`` (the tokenizer's EOS)."""
+        ``temperature`` unless given; top-p 1: RL samples from the whole distribution), stopping at ``stop``
+        (the tokenizer's EOS)."""
         return SamplingParams(
             max_tokens=self.max_tokens,
             temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p,
             seed=seed,
             stop=stop,
         )
 
     def critic_params(self, stop: tuple[int, ...] | None) -> SamplingParams:
-        """The critic's sampling parameters (``critic_max_tokens``, ``critic_temperature``), stopping at ``stop``."""
-        return SamplingParams(
-            max_tokens=self.critic_max_tokens, temperature=self.critic_temperature, stop=stop
-        )
+        """The critic's sampling parameters (``critic_max_tokens``, at the actor's ``temperature``), stopping at
+        ``stop``."""
+        return SamplingParams(max_tokens=self.critic_max_tokens, temperature=self.temperature, stop=stop)
 
 
 class TempoConfig(_Model):
     """TEMPO's macro-step settings (letters as in the module docstring)."""
 
-    macro_rounds: int = Field(default=10, ge=1, description="H")
-    branches: int = Field(default=4, ge=2, description="N")
-    critic_samples: int = Field(default=4, ge=1, description="K")
+    macro_rounds: int = Field(default=10, ge=1, description="H, env steps (rounds) per macro-step")
+    branches: int = Field(
+        default=4, ge=2, description="N, branches rolled out from each start state (the actor's GRPO group)"
+    )
+    critic_samples: int = Field(
+        default=4,
+        ge=1,
+        description="K, critic estimates of each start state (the critic's group; sampled and constrained answers)",
+    )
     critic: Literal["generative", "oracle", "monte_carlo"] = Field(
         default="generative",
         description=(
             "who values states: 'generative' (TEMPO: the policy model prompted as a value estimator, trained "
-            "with the actor), 'oracle' (the env's exact optimal value V*, ReplayableEnv.oracle_value, with "
-            "optional noise: does the setup learn with a perfect critic?) or 'monte_carlo' (VinePPO: the mean "
+            "with the actor), 'oracle' (the env's exact optimal value V*, ReplayableEnv.oracle_value: does the "
+            "setup learn with a perfect critic?) or 'monte_carlo' (VinePPO: the mean "
             "return of critic_rollouts policy rollouts from the restored state; their env steps and tokens are "
             "extra cost). The last two are not trained"
         ),
@@ -252,24 +266,17 @@ class TempoConfig(_Model):
             "actor's, so the critic's steps cannot move the policy). 'own' needs the local backend"
         ),
     )
-    oracle_flip_prob: float = Field(
-        default=0.0,
-        ge=0.0,
-        le=1.0,
-        description="oracle critic: probability that one estimate is R_max - V* instead of V* (binary values)",
-    )
-    oracle_noise_sigma: float = Field(
-        default=0.0,
-        ge=0.0,
-        allow_inf_nan=False,
-        description="oracle critic: standard deviation of Gaussian noise added to each estimate, then clipped "
-        "to [0, R_max] (R_max units)",
-    )
     critic_rollouts: int = Field(
         default=4, ge=1, description="M, monte_carlo critic: policy rollouts averaged per valued state"
     )
-    endpoint_samples: int = Field(default=2, ge=1, description="E")
-    max_rounds: int = Field(default=50, ge=1, description="T")
+    endpoint_samples: int = Field(
+        default=2,
+        ge=1,
+        description="E, critic estimates averaged into each endpoint value V_hat (sampled and constrained answers)",
+    )
+    max_rounds: int = Field(
+        default=50, ge=1, description="T, the episode's step limit in env steps (a multiple of H)"
+    )
     states_per_batch: int = Field(default=4, ge=1, description="start states per TD update")
     fresh_share: float = Field(
         default=0.25, ge=0.0, le=1.0, description="share of fresh starts per TD update"
@@ -279,7 +286,9 @@ class TempoConfig(_Model):
         ge=0,
         description="the most warm-up updates (on full episodes) before TD; the hand-over gate may end it sooner",
     )
-    warmup_games_per_batch: int = Field(default=4, ge=1)
+    warmup_games_per_batch: int = Field(
+        default=4, ge=1, description="fresh games per warm-up update, each played by N branches to the end"
+    )
     warmup_trains_actor: bool = Field(
         default=True,
         description=(
@@ -305,7 +314,7 @@ class TempoConfig(_Model):
         default=None,
         ge=1,
         description=(
-            "optimiser steps per critic-only warm-up update: its critic Datums are split into this many "
+            "optimiser steps per warm-up update: its Datums are split into this many "
             "minibatches, each its own forward_backward + optim_step; None = optim.substeps (TD updates always "
             "use optim.substeps)"
         ),
@@ -320,94 +329,63 @@ class TempoConfig(_Model):
             "policy-gradient Datums do not)"
         ),
     )
-    warmup_states_per_episode: int | None = Field(
+    warmup_states_per_episode: int | Literal["every_round"] = Field(
         default=2,
-        ge=1,
         description=(
-            "critic states (rounds S, 2S, ... with S = tempo.warmup_state_stride) kept per warm-up episode "
-            "(None = all); equal weight per episode; each game's start state is added once, against the mean "
-            "of its branches' returns"
+            "critic states per warm-up episode: at most this many (>= 1) of its macro-step boundaries (rounds H, "
+            "2H, ..., drawn uniformly; equal weight per episode), or 'every_round': every round of the episode "
+            "(one Monte Carlo example per env step). Each game's start state is added once, against the mean of its "
+            "branches' returns; the store receives the boundaries every H rounds either way"
         ),
     )
-    warmup_state_stride: int | None = Field(
-        default=None,
-        ge=1,
-        description=(
-            "S: a warm-up episode offers the critic its states every S rounds (None = H, the macro-step "
-            "boundaries; 1 = every round: about H times the Monte Carlo examples from the same env steps). "
-            "The store still receives the states every H rounds only: TD segments start there"
-        ),
-    )
-    td_updates: int = Field(default=40, ge=0)
-    r_max: float = Field(default=1.0, gt=0.0)
-    error: Literal["l1", "brier"] = "l1"
-    critic_failure_reward: float = Field(default=-1.0, le=0.0)
-    td_critic_baseline: Literal["group_mean", "none"] = Field(
-        default="group_mean",
-        description=(
-            "the baseline of the critic rewards c_k in TD updates: 'group_mean' (TEMPO) trains "
-            "B_k = c_k - mean_k c_k over the K samples of a state; 'none' trains B_k = c_k, the REINFORCE "
-            "gradient of the expected error (unbiased, more variance), so K samples that agree on a wrong value "
-            "still carry a gradient. The warm-up always centres"
-        ),
-    )
-    td_critic_weight: float = Field(
+    td_updates: int = Field(default=40, ge=0, description="TD updates after the warm-up")
+    r_max: float = Field(
         default=1.0,
         gt=0.0,
-        le=1.0,
-        allow_inf_nan=False,
+        description="R_max, the largest return of an episode: critic values lie in [0, R_max] (1: win or lose)",
+    )
+    error: Literal["l1", "brier"] = Field(
+        default="l1",
         description=(
-            "w in (0, 1]: the critic samples' advantages in TD updates are w * B_k (the warm-up keeps w = 1), "
-            "like PPO's value-loss coefficient; actor and critic share the weights and the optimiser, so w sets "
-            "the critic's share of each TD optimiser step"
+            "sampling.critic_answer = 'sampled' / 'constrained': the critic sample's reward, -|V_k - G| / R_max "
+            "('l1') or -((V_k - G) / R_max)^2 ('brier'); an unreadable answer gets -1"
         ),
     )
-    unparsed_endpoint: Literal["drop", "substitute"] = Field(
+    unparsed_endpoint: Literal["drop"] | float = Field(
         default="drop",
         description=(
-            "an endpoint whose E critic samples all fail to parse: 'drop' the branch (counted) or "
-            "'substitute' unparsed_endpoint_value for V_hat; never a silent 0"
+            "an endpoint whose E critic samples all fail to parse: 'drop' the branch (counted in "
+            "critic/unparsed_endpoints) or a number in [0, tempo.r_max] used as its V_hat; never a silent 0"
         ),
     )
-    unparsed_endpoint_value: float = Field(default=0.0, ge=0.0, description="value used with 'substitute'")
-    train_actor: bool = True
-    train_critic: bool = True
+    #: TEMPO trains both roles in every update (not settings)
+    train_actor: ClassVar[bool] = True
+    train_critic: ClassVar[bool] = True
     prefix_correction: Literal["off", "ratio", "clipped"] = Field(
         default="clipped",
-        description="weight branch advantages by the stale-prefix likelihood ratio (training.prefix_correction)",
-    )
-    prefix_clip: tuple[float, float] = Field(
-        default=(0.5, 2.0),
-        description="(low, high) bounds of the 'clipped' prefix ratio, 0 <= low <= 1 <= high",
-    )
-    segment_scaling: bool = Field(
-        default=False,
-        description="multiply actor advantages by M = max_rounds / macro_rounds (blog appendix)",
-    )
-    bootstrap_episode_limit: bool = Field(
-        default=False,
         description=(
-            "value a branch that hit the episode step limit (T, or the env's own truncation) with V_hat like a "
-            "macro-step boundary; default False: the task's step budget is spent, so nothing follows (value 0), "
-            "consistent with the Monte Carlo warm-up targets and evaluation"
+            "weight each branch's advantage by the likelihood ratio of its stored token prefix under the current "
+            "policy against the policy that sampled it: 'off' (weight 1), 'ratio' (the raw ratio) or 'clipped' "
+            "(the ratio clipped to [0.5, 2]); see tempo_rl.training.prefix_correction"
         ),
     )
 
-    @field_validator("prefix_clip")
+    @field_validator("warmup_states_per_episode")
     @classmethod
-    def _check_prefix_clip(cls, value: tuple[float, float]) -> tuple[float, float]:
-        low, high = value
-        if not 0.0 <= low <= 1.0 <= high:  # NaN fails every comparison
-            raise ValueError(f"prefix_clip must satisfy 0 <= low <= 1 <= high, e.g. (0.5, 2.0); got {value}")
+    def _check_states_per_episode(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"must be at least 1 or 'every_round'; got {value}")
         return value
 
 
 class GrpoConfig(_Model):
     """The trajectory-level GRPO baseline: full episodes of ``tempo.max_rounds`` rounds, groups of branches."""
 
-    updates: int = Field(default=40, ge=0)
-    games_per_batch: int = Field(default=4, ge=1)
-    group_size: int = Field(default=4, ge=2)
+    updates: int = Field(default=40, ge=0, description="GRPO / GiGPO updates")
+    games_per_batch: int = Field(default=4, ge=1, description="fresh games per update")
+    group_size: int = Field(
+        default=4, ge=2, description="episodes per game (the group its advantages centre on)"
+    )
 
 
 class GigpoConfig(_Model):
@@ -420,45 +398,38 @@ class GigpoConfig(_Model):
     gamma: float = Field(
         default=0.95, ge=0.0, le=1.0, description="discount of the step return from each round (per env step)"
     )
-    normalize: Literal["none", "std"] = Field(
-        default="none",
-        description="'std' divides both levels' centred returns by their group's standard deviation",
-    )
 
 
 class OptimConfig(_Model):
     """Adam (PyTRIO names), the policy loss and how a batch is split into ``forward_backward`` calls."""
 
-    learning_rate: float = Field(default=1e-6, gt=0.0)
-    critic_learning_rate: float | None = Field(
+    learning_rate: float = Field(default=1e-6, gt=0.0, description="Adam's step size for RL updates")
+    betas: tuple[float, float] = Field(
+        default=(0.9, 0.95),
+        description=(
+            "Adam's (beta1, beta2), each in [0, 1): the decay rates of the gradient's running mean and of its "
+            "running square. Adam's epsilon is fixed at 1e-6 (ADAM_EPS)"
+        ),
+    )
+    grad_clip_norm: float = Field(
+        default=1.0, ge=0.0, description="the gradient's global L2 norm is clipped to this (0: no clipping)"
+    )
+    ppo_clip: tuple[float, float] | None = Field(
         default=None,
-        gt=0.0,
         description=(
-            "Adam's step size for the generative critic's own weights (tempo.critic_weights = 'own'): its "
-            "Datums carry a log-loss on one answer token, not the actor's policy gradient, so the two need not "
-            "share a step size; None = learning_rate"
+            "the policy loss: None = importance sampling (the ratio pi / pi_sampler times the advantage, "
+            "unclipped); (low, high) with 0 < low < 1 < high = PPO's loss, the ratio clipped to [low, high], "
+            "e.g. [0.8, 1.2]"
         ),
     )
-    beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
-    beta2: float = Field(default=0.95, ge=0.0, lt=1.0)
-    eps: float = Field(
-        default=1e-12,
-        gt=0.0,
+    chunk_datums: int = Field(
+        default=128,
+        ge=1,
         description=(
-            "Adam's epsilon: a weight's step is lr * m_hat / (sqrt(v_hat) + eps), so a weight whose gradient "
-            "RMS is far below eps moves by much less than lr; at 1e-12 (the services' default) every weight "
-            "moves by about lr, however faint its gradient"
+            "the most datums per forward_backward call: an update with more is sent in chunks whose gradients "
+            "accumulate into one optimiser step (lower it when a call runs out of memory)"
         ),
     )
-    weight_decay: float = Field(default=0.0, ge=0.0)
-    grad_clip_norm: float = Field(default=1.0, ge=0.0)
-    loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
-    clip_low_threshold: float = Field(default=0.8, gt=0.0)
-    clip_high_threshold: float = Field(default=1.2, gt=0.0)
-    max_datums_per_update: int = Field(
-        default=128, ge=1, description="the backend's batch limit: states x (N + K) must not exceed it"
-    )
-    chunk_datums: int = Field(default=128, ge=1, description="datums per forward_backward call")
     substeps: int = Field(
         default=1,
         ge=1,
@@ -469,9 +440,44 @@ class OptimConfig(_Model):
         ),
     )
 
+    @field_validator("betas")
+    @classmethod
+    def _check_betas(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in value):  # NaN fails every comparison
+            raise ValueError(f"each of Adam's betas must lie in [0, 1), e.g. (0.9, 0.95); got {value}")
+        return value
+
+    @field_validator("ppo_clip")
+    @classmethod
+    def _check_ppo_clip(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is None:
+            return None
+        low, high = value
+        if not 0.0 < low < 1.0 < high:
+            raise ValueError(f"ppo_clip must satisfy 0 < low < 1 < high, e.g. (0.8, 1.2); got {value}")
+        return value
+
+    @property
+    def loss_fn(self) -> Literal["importance_sampling", "ppo"]:
+        """The backend loss of the policy-gradient Datums: ``"ppo"`` with ``ppo_clip``, else
+        ``"importance_sampling"``."""
+        return "importance_sampling" if self.ppo_clip is None else "ppo"
+
+    def adam(self, learning_rate: float | None = None) -> AdamParams:
+        """The Adam step of these settings (``learning_rate`` unless given; epsilon :data:`ADAM_EPS`, no weight
+        decay)."""
+        return AdamParams(
+            learning_rate=self.learning_rate if learning_rate is None else learning_rate,
+            beta1=self.betas[0],
+            beta2=self.betas[1],
+            eps=ADAM_EPS,
+            weight_decay=0.0,
+            grad_clip_norm=self.grad_clip_norm,
+        )
+
 
 class KLConfig(_Model):
-    """An optional KL anchor of the actor to the policy as RL begins (off by default; not part of TEMPO).
+    """A KL anchor of the actor to the policy as RL begins (not part of TEMPO; ``coef = 0`` turns it off).
 
     Every actor token sampled in an update is trained with ``A'_t = A_t - coef * (log pi(a_t) - log
     pi_ref(a_t))`` (:func:`tempo_rl.signals.kl_penalized_advantages`), where pi_ref is the policy RL starts
@@ -483,7 +489,7 @@ class KLConfig(_Model):
     """
 
     coef: float = Field(
-        default=0.0,
+        default=0.3,
         ge=0.0,
         description=(
             "beta, the anchor's weight in advantage units per nat of log pi(a_t) - log pi_ref(a_t); 0 = off. "
@@ -495,44 +501,40 @@ class KLConfig(_Model):
 class StoreConfig(_Model):
     """The StateStore (see :mod:`tempo_rl.training.store`)."""
 
-    capacity: int = Field(default=256, ge=1)
-    per_game_cap: int | None = Field(default=None, ge=1)
-    max_age_versions: int | None = Field(default=None, ge=1)
+    capacity: int = Field(default=256, ge=1, description="states the store keeps (the oldest leave first)")
+    max_age_versions: int | None = Field(
+        default=None,
+        ge=1,
+        description="evict states sampled more than this many policy versions ago (None: by capacity only)",
+    )
 
 
 class WarmStartConfig(_Model):
-    """Optional supervised warm start of the actor on expert walkthroughs (cross-entropy), before RL."""
+    """Optional supervised warm start on expert demonstrations (cross-entropy), before RL.
 
-    enabled: bool = False
-    episodes: int = Field(default=500, ge=1, description="demonstrations (one per training seed)")
+    Every demonstration also teaches the critic its answer format: one example answer ``<value>v</value>`` at a
+    random state of the demo, with ``v`` drawn from the critic's binary grid {0, R_max}
+    (:data:`CRITIC_LEVELS`). Each distinct expert action gets the same total weight, so rare decisive actions
+    count."""
+
+    episodes: int = Field(
+        default=0,
+        ge=0,
+        description="expert demonstrations (one per training game) of the supervised warm start; 0: no warm start",
+    )
     noise: float = Field(default=0.3, ge=0.0, le=1.0, description="probability of a random admissible action")
     expert: Literal["walkthrough", "recovering"] = Field(
-        default="walkthrough",
+        default="recovering",
         description=(
-            "who the demonstrations imitate: 'walkthrough' (the reset-state walkthrough; a demo stops where a "
-            "noisy step makes its next action inadmissible) or 'recovering' (ReplayableEnv.expert_action() at "
-            "every step: after a noisy step the expert recovers from where it is, and a demo stops only when the "
-            "episode ends or can no longer be won). At long horizons the walkthrough's demos rarely get far: "
-            "benchmarks/warmstart_demos.py measures both"
+            "who the demonstrations imitate: 'recovering' (ReplayableEnv.expert_action() at every step: after a "
+            "noisy step the expert recovers from where it is, and a demo stops only when the episode ends or can "
+            "no longer be won) or 'walkthrough' (the reset-state walkthrough, for envs without expert_action(); "
+            "a demo stops where a noisy step makes its next action inadmissible)"
         ),
     )
-    epochs: int = Field(default=1, ge=1)
-    batch_size: int = Field(default=32, ge=1)
-    learning_rate: float = Field(default=5e-4, gt=0.0)
-    cooldown: float = Field(
-        default=0.0,
-        ge=0.0,
-        le=1.0,
-        description=(
-            "share of the warm start's optimiser steps, at the end, over which the step size falls linearly "
-            "from learning_rate towards 0 (tempo_rl.training.warmstart.cooldown_learning_rate); 0: constant. "
-            "A choice the demos leave undecided (KeyDoor's key colour under independent locks) otherwise ends "
-            "where the last Adam steps pushed it"
-        ),
-    )
-    balance_actions: bool = Field(
-        default=True, description="weight each distinct expert action equally (rare decisive actions count)"
-    )
+    epochs: int = Field(default=1, ge=1, description="passes over the demonstrations")
+    batch_size: int = Field(default=32, ge=1, description="Datums per optimiser step")
+    learning_rate: float = Field(default=5e-4, gt=0.0, description="Adam's step size for the warm start")
     env_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description=(
@@ -541,19 +543,11 @@ class WarmStartConfig(_Model):
             "the actor learns about keys comes from RL"
         ),
     )
-    critic_format_share: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="share of demos that add one critic answer-format example"
-    )
-    critic_format_levels: int = Field(
-        default=11,
-        ge=2,
-        le=101,
-        description=(
-            "the format examples' values are drawn uniformly from this many evenly spaced levels of [0, R_max] "
-            "(11: 0, 0.1, ..., 1; 2: only 0 and R_max, so each critic sample is one binary token and V_hat, "
-            "the mean of K or E samples, estimates the success probability)"
-        ),
-    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run starts with the supervised warm start (``episodes > 0``)."""
+        return self.episodes > 0
 
 
 class WorkersConfig(_Model):
@@ -565,53 +559,85 @@ class WorkersConfig(_Model):
     built and reset there, a restore starts N actors that each replay and verify the snapshot in parallel, and
     steps are awaited with the ``step_timeout_s`` deadline (a hung actor is killed for real and replaced). The
     rollout code is the same for both. Ray is initialised on first use unless it already is (call
-    ``ray.init(...)`` yourself to choose resources); ``ray_address`` joins an existing cluster. Envs must be
+    ``ray.init(...)`` yourself to choose resources); ``ray = "ADDRESS"`` joins an existing cluster. Envs must be
     registered where the actors run: built-in envs are; a custom env must be registered when its module is
     imported (``tempo_rl.envs.register`` at import time of an installed module).
     """
 
     max_workers: int = Field(default=8, ge=1, description="env calls in flight at once")
     step_timeout_s: float = Field(default=60.0, gt=0.0, description="deadline of one env call (seconds)")
-    ray: bool = Field(default=False, description="envs in Ray actors (the ray extra) instead of threads")
-    ray_address: str | None = Field(
-        default=None, description='ray.init(address=...) when Ray is not initialised yet (e.g. "auto")'
-    )
-    ray_num_cpus_per_env: float = Field(
-        default=0.0, ge=0.0, description="CPUs Ray reserves per env actor (0: light envs share cores)"
-    )
-    ray_start_timeout_s: float = Field(
-        default=120.0, gt=0.0, description="deadline to start an env actor and build or restore its env (s)"
+    ray: bool | str = Field(
+        default=False,
+        description=(
+            "false: envs on threads in this process; true: each env in its own Ray actor (the ray extra), Ray "
+            'started here unless it already is; a string: the address of a Ray cluster to join (e.g. "auto")'
+        ),
     )
 
 
 class RunConfig(_Model):
     """Run directory, seeding, checkpoints and logging."""
 
-    run_dir: str = "runs/tempo"
-    seed: int = 0
+    run_dir: str = Field(
+        default="runs/tempo", description="the run directory: config, checkpoints, metrics, trajectories"
+    )
+    seed: int = Field(default=0, description="random seed of the run (sampling, store draws, demo noise)")
     checkpoint_every: int = Field(default=1, ge=1, description="updates between checkpoints")
-    save_trajectories: bool = True
+    save_trajectories: bool = Field(
+        default=True,
+        description="write every episode to RUN_DIR/trajectories.jsonl (what tempo-rl report shows)",
+    )
     eval_every: int = Field(
         default=0,
         ge=0,
         description="updates between evaluations (0 = never); evaluation samples with a seed of its own "
         "(from run.seed and the updates done), so it leaves the training samples unchanged",
     )
-    eval_episodes: int = Field(default=16, ge=1, description="evaluation games (env.eval_seed_start + j)")
-    console: bool = True
-    swanlab: bool = False
-    wandb: bool = False
-    project: str | None = None
-    min_free_disk_mb: float = Field(
-        default=100.0, ge=0.0, description="refuse to start (or resume) with less free disk in run_dir (MiB)"
+    eval_episodes: int = Field(
+        default=16,
+        ge=1,
+        description="held-out games per evaluation: reset seed EVAL_SEED_START + j, or the files of env.eval_games_dir",
     )
+    loggers: list[str] = Field(
+        default_factory=lambda: ["console"],
+        description=(
+            "where metrics go besides RUN_DIR/metrics.jsonl (always written): 'console' (a progress bar and a "
+            "line per update), 'swanlab' and 'wandb' (the swanlab / wandb extras; 'wandb:PROJECT' names the "
+            "project, default tempo-rl); [] for none"
+        ),
+    )
+
+    @field_validator("loggers")
+    @classmethod
+    def _check_loggers(cls, value: list[str]) -> list[str]:
+        for item in value:
+            kind, _, project = item.partition(":")
+            if kind not in LOGGERS or (project and kind == "console") or (":" in item and not project):
+                raise ValueError(
+                    f"{item!r} is not a logger: use 'console', 'swanlab', 'wandb', 'swanlab:PROJECT' or "
+                    "'wandb:PROJECT'"
+                )
+        return value
+
+    def logger_project(self) -> str | None:
+        """The SwanLab / W&B project named in ``loggers`` (``"wandb:PROJECT"``), None when none is."""
+        return next((item.partition(":")[2] for item in self.loggers if ":" in item), None)
+
+    def logs_to(self, kind: str) -> bool:
+        """Whether ``loggers`` names ``kind`` (``"console"``, ``"swanlab"``, ``"wandb"``), with or without a
+        project."""
+        return any(item.partition(":")[0] == kind for item in self.loggers)
 
 
 class TrainConfig(_Model):
     """A whole training run. ``algorithm`` selects TEMPO, the trajectory-level GRPO baseline or GiGPO (GRPO's
     batch with a step-level advantage within anchor-state groups)."""
 
-    algorithm: Literal["tempo", "grpo", "gigpo"] = "tempo"
+    algorithm: Literal["tempo", "grpo", "gigpo"] = Field(
+        default="tempo",
+        description="'tempo' (macro-step TD with a critic), 'grpo' (trajectory-level GRPO) or 'gigpo' (GRPO's "
+        "batch with step-level advantages)",
+    )
     env: EnvConfig = Field(default_factory=EnvConfig)
     backend: BackendConfig = Field(
         default_factory=LocalBackendConfig,
@@ -628,6 +654,26 @@ class TrainConfig(_Model):
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     run: RunConfig = Field(default_factory=RunConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _critic_answer_follows_the_backend(cls, data: Any) -> Any:
+        """Unset, ``sampling.critic_answer`` is ``"expected"`` on the local backend and ``"sampled"`` on the
+        remote ones (the only mode they offer)."""
+        if not isinstance(data, Mapping):
+            return data
+        sampling = data.get("sampling")
+        if isinstance(sampling, Mapping) and "critic_answer" in sampling:
+            return data
+        backend = data.get("backend")
+        kind = (
+            backend.get("kind", "local")
+            if isinstance(backend, Mapping)
+            else getattr(backend, "kind", "local")
+        )
+        if kind == "local" or not isinstance(sampling, Mapping | None):
+            return data
+        return {**data, "sampling": {**(sampling or {}), "critic_answer": "sampled"}}
+
     @field_validator("backend", mode="before")
     @classmethod
     def _default_backend_kind(cls, value: Any) -> Any:
@@ -643,30 +689,10 @@ class TrainConfig(_Model):
                 f"tempo.max_rounds (T={t.max_rounds}) must be a multiple of tempo.macro_rounds "
                 f"(H={t.macro_rounds}); e.g. set tempo.max_rounds={t.macro_rounds * max(1, round(t.max_rounds / t.macro_rounds))}"
             )
-        limit = self.batch_limit()
-        if self.algorithm == "tempo":
-            per_update = t.states_per_batch * (t.branches + t.critic_samples)
-            if per_update > limit:
-                raise ValueError(
-                    f"tempo.states_per_batch x (tempo.branches + tempo.critic_samples) = {t.states_per_batch} x "
-                    f"({t.branches} + {t.critic_samples}) = {per_update} datums exceeds the backend's batch limit "
-                    f"{limit} (optim.max_datums_per_update); lower tempo.states_per_batch, tempo.branches or "
-                    "tempo.critic_samples"
-                )
-        else:
-            per_update = self.grpo.games_per_batch * self.grpo.group_size
-            if per_update > limit:
-                raise ValueError(
-                    f"grpo.games_per_batch x grpo.group_size = {per_update} datums exceeds the backend's batch "
-                    f"limit {limit} (optim.max_datums_per_update); lower grpo.games_per_batch or grpo.group_size"
-                )
-        if self.optim.clip_low_threshold >= self.optim.clip_high_threshold:
+        if t.unparsed_endpoint != "drop" and not 0.0 <= t.unparsed_endpoint <= t.r_max:
             raise ValueError(
-                "optim.clip_low_threshold must be below optim.clip_high_threshold (ratio bounds, e.g. 0.8 and 1.2)"
-            )
-        if t.unparsed_endpoint_value > t.r_max:
-            raise ValueError(
-                f"tempo.unparsed_endpoint_value ({t.unparsed_endpoint_value}) must lie in [0, tempo.r_max={t.r_max}]"
+                f"tempo.unparsed_endpoint ({t.unparsed_endpoint}) must be 'drop' or a value in "
+                f"[0, tempo.r_max={t.r_max}]"
             )
         if self.sampling.critic_answer != "sampled" and self.backend.kind != "local":
             raise ValueError(
@@ -679,13 +705,6 @@ class TrainConfig(_Model):
                 "tempo.critic_weights = 'own' trains a second copy of the model as the generative critic; it "
                 f"needs backend.kind = 'local' (got {self.backend.kind!r}) and tempo.critic = 'generative' "
                 f"(got {t.critic!r}): set tempo.critic_weights = 'shared'"
-            )
-        if self.optim.critic_learning_rate is not None and t.critic_weights != "own":
-            raise ValueError(
-                "optim.critic_learning_rate is the step size of the critic's own weights, but "
-                f"tempo.critic_weights = {t.critic_weights!r}: one model answers as actor and critic and takes "
-                "one step size (optim.learning_rate); set tempo.critic_weights = 'own' or drop "
-                "optim.critic_learning_rate"
             )
         if t.warmup_replay and (self.sampling.critic_answer != "expected" or t.critic != "generative"):
             raise ValueError(
@@ -710,14 +729,6 @@ class TrainConfig(_Model):
             raise ValueError("; ".join(unused))
         return self
 
-    def batch_limit(self) -> int:
-        """Datums one update may send: the backend config's ``max_batch_datums`` when it sets one, else
-        ``optim.max_datums_per_update``."""
-        backend_limit = getattr(self.backend, "max_batch_datums", None)
-        if isinstance(backend_limit, int) and backend_limit > 0:
-            return min(backend_limit, self.optim.max_datums_per_update)
-        return self.optim.max_datums_per_update
-
     def total_updates(self) -> int:
         """Updates of the RL phase(s): warm-up + TD for TEMPO, ``grpo.updates`` for GRPO and GiGPO."""
         if self.algorithm == "tempo":
@@ -734,18 +745,10 @@ class TrainConfig(_Model):
 #: generative critic scores the grid's answers and trains their log-loss (tempo_rl.critic.generative), so none of
 #: them changes a run.
 _SAMPLED_ANSWER_SETTINGS: tuple[tuple[str, str, str], ...] = (
-    ("sampling", "critic_temperature", "the temperature of sampled answers; scored answers are not sampled"),
+    ("sampling", "critic_max_tokens", "the length limit of sampled answers; scored answers are not sampled"),
     ("tempo", "error", "the error of the K sampled answers' rewards; the log-loss trains the critic instead"),
-    (
-        "tempo",
-        "critic_failure_reward",
-        "the reward of an unparsable sampled answer; every scored answer parses",
-    ),
-    (
-        "tempo",
-        "td_critic_baseline",
-        "the baseline of the sampled answers' rewards in TD; the log-loss has no rewards to centre",
-    ),
+    ("tempo", "critic_samples", "K, the sampled answers per start state; the value is exact"),
+    ("tempo", "endpoint_samples", "E, the sampled answers per endpoint; V_hat is the exact expectation"),
 )
 
 

@@ -3,10 +3,10 @@
 ``tempo.critic = "generative"`` (the default) is built in :func:`tempo_rl.training.run.build_trainer` as
 before; :func:`state_critic` builds the other two from the config:
 
-* ``"oracle"``: :class:`~tempo_rl.critic.OracleCritic` with ``tempo.oracle_flip_prob`` and
-  ``tempo.oracle_noise_sigma``, T = ``tempo.max_rounds``;
+* ``"oracle"``: :class:`~tempo_rl.critic.OracleCritic`, T = ``tempo.max_rounds``, with the noise of
+  :class:`~tempo_rl.training.options.TrainerOptions` (none by default);
 * ``"monte_carlo"``: :class:`~tempo_rl.critic.MonteCarloCritic` with M = ``tempo.critic_rollouts`` rollouts
-  at the actor's sampling settings (``sampling.max_tokens``, ``temperature``, ``top_p``), T, the trajectory
+  at the actor's sampling settings (``sampling.max_tokens``, ``temperature``), T, the trajectory
   token budget and ``env.invalid_action_penalty``.
 
 Neither is trained: they produce no critic Datum (``tempo.train_critic`` changes nothing), and the critic-only
@@ -25,6 +25,7 @@ from tempo_rl.envs.snapshot import Snapshot
 from tempo_rl.rollout.branches import RolloutSettings
 from tempo_rl.rollout.tool_call import ToolCallParser
 from tempo_rl.training.config import TrainConfig
+from tempo_rl.training.options import TrainerOptions
 
 __all__ = ["state_critic"]
 
@@ -36,6 +37,7 @@ def state_critic(
     pool: Any,
     restore_branches: Callable[[Snapshot, int], Sequence[Any]],
     parser: ToolCallParser | None = None,
+    options: TrainerOptions | None = None,
 ) -> Critic:
     """The ``"oracle"`` or ``"monte_carlo"`` critic of ``config.tempo.critic``.
 
@@ -45,6 +47,7 @@ def state_critic(
         pool: the trainer's env worker pool.
         restore_branches: the trainer's ``(snapshot, n) -> n live envs`` (its fork cache and workers).
         parser: the actor's tool-call parser (default: a new :class:`~tempo_rl.rollout.ToolCallParser`).
+        options: the oracle's noise (:class:`~tempo_rl.training.options.TrainerOptions`; default: none).
 
     Raises:
         ValueError: ``tempo.critic`` is ``"generative"`` (built by ``build_trainer``) or unknown.
@@ -53,8 +56,12 @@ def state_critic(
     if t.critic == "oracle":
         # with Ray workers the trainer's restores are remote proxies: the oracle restores in this process
         restore = None if config.workers.ray else (lambda snapshot: restore_branches(snapshot, 1)[0])
+        noise = options or TrainerOptions()
         return OracleCritic(
-            flip_prob=t.oracle_flip_prob, sigma=t.oracle_noise_sigma, max_rounds=t.max_rounds, restore=restore
+            flip_prob=noise.oracle_flip_prob,
+            sigma=noise.oracle_noise_sigma,
+            max_rounds=t.max_rounds,
+            restore=restore,
         )
     if t.critic == "monte_carlo":
         parser = parser or ToolCallParser()

@@ -35,6 +35,7 @@ import numpy as np
 from tempo_rl.envs.snapshot import EnvSpec
 from tempo_rl.rollout.tool_call import INVALID_ACTION
 from tempo_rl.training.checkpoint import atomic_write_text
+from tempo_rl.training.config import EVAL_SEED_START
 from tempo_rl.training.metrics import json_safe
 
 __all__ = [
@@ -378,8 +379,8 @@ def evaluate_run(
 
     Args:
         run_dir: a run directory made by ``tempo-rl train``.
-        games: the games (default: the config's evaluation seeds, ``env.eval_seed_start + j``).
-        episodes: with the default games, how many (default ``env.num_eval_seeds``).
+        games: the games (default: the config's evaluation seeds, ``EVAL_SEED_START + j``).
+        episodes: with the default games, how many (default ``run.eval_episodes``).
         temperature: sampling temperature (default ``sampling.eval_temperature``).
         out_dir: where to write (default ``run_dir/eval/update-<N>``).
         batch_size: games played concurrently.
@@ -423,8 +424,8 @@ def evaluate_run(
     )
     try:
         if games is None:
-            n = episodes if episodes is not None else config.env.num_eval_seeds
-            seeds = [config.env.eval_seed_start + j for j in range(n)]
+            n = episodes if episodes is not None else config.run.eval_episodes
+            seeds = [EVAL_SEED_START + j for j in range(n)]
             games = seed_games(config.env.spec(), seeds)
         temp = temperature if temperature is not None else config.sampling.eval_temperature
         settings = trainer.rollout_settings(segment_rounds=None, temperature=temp)

@@ -10,8 +10,8 @@ to T rounds) and gives round t of trajectory n the advantage (:func:`tempo_rl.si
 An anchor group holds the rounds of one game's group taken in the same state: equal
 :meth:`~tempo_rl.rollout.branches.BranchResult.state_keys`, the env's ``state_fingerprint()`` where it
 offers one (ALFWorld's PDDL facts, the built-in games), else the observation's digest. ``w`` =
-``gigpo.step_weight``, ``gamma`` = ``gigpo.gamma``, and ``gigpo.normalize = "std"`` divides both levels by
-their group's standard deviation. Each turn's sampled tokens carry their round's advantage.
+``gigpo.step_weight`` and ``gamma`` = ``gigpo.gamma``; both levels are centred, not divided by their group's
+standard deviation (the paper's default). Each turn's sampled tokens carry their round's advantage.
 
 Metrics per update: ``gigpo/anchor_groups``, ``gigpo/anchor_group_size`` (steps per anchor group),
 ``gigpo/shared_step_share`` (steps in an anchor group of at least 2: the ones with a step-level signal) and
@@ -60,7 +60,7 @@ class GigpoTrainer(GrpoTrainer):
             mask=step_mask,
             gamma=g.gamma,
             step_weight=g.step_weight,
-            normalize=None if g.normalize == "none" else g.normalize,
+            normalize=None,
         )
         advantages: list[list[Advantage]] = [
             [batch.advantages[i, j, : b.rounds] if mask[i, j] else 0.0 for j, b in enumerate(row)]

@@ -256,14 +256,13 @@ class PrefixCorrection:
     def from_config(cls, tempo: Any) -> PrefixCorrection:
         """Build from a :class:`~tempo_rl.training.config.TempoConfig`.
 
-        Reads ``prefix_correction``, ``prefix_clip``, ``segment_scaling`` and
-        M = ``max_rounds // macro_rounds``.
+        Reads ``prefix_correction`` and M = ``max_rounds // macro_rounds``; the clip is
+        :data:`DEFAULT_PREFIX_CLIP` and segment scaling is off.
         """
         return cls(
             getattr(tempo, "prefix_correction", "off"),
-            tuple(getattr(tempo, "prefix_clip", DEFAULT_PREFIX_CLIP)),
+            DEFAULT_PREFIX_CLIP,
             segments=max(1, int(tempo.max_rounds) // int(tempo.macro_rounds)),
-            segment_scaling=bool(getattr(tempo, "segment_scaling", False)),
         )
 
     @property

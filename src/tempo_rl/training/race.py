@@ -30,14 +30,24 @@ from pathlib import Path
 from typing import Any
 
 from tempo_rl.training.config import TrainConfig
+from tempo_rl.training.options import TrainerOptions
 
-__all__ = ["RACE_ALGORITHMS", "RACE_CONFIG", "race", "race_marks", "race_table", "verdict"]
+__all__ = ["RACE_ALGORITHMS", "RACE_CONFIG", "RACE_OPTIONS", "race", "race_marks", "race_table", "verdict"]
 
 #: The built-in race's config: the long-horizon KeyDoor corridor on the local backend (``tempo-rl race``).
 RACE_CONFIG = Path(__file__).with_name("race_job.toml")
 
 #: The algorithms a race trains, in the order it reports them.
 RACE_ALGORITHMS = ("tempo", "grpo")
+#: The built-in race's critic design beyond its config (the keydoor_rule setting of benchmarks/mechanism.py):
+#: the critic's own weights step at 3e-3, it reads the last turn, the current observation and its note, its
+#: turn starts with "<value>", and the warm start's step size falls to 0 over the last third of its steps.
+RACE_OPTIONS = TrainerOptions(
+    critic_history_turns=1,
+    critic_answer_prefix="<value>",
+    critic_learning_rate=3e-3,
+    warmstart_cooldown=1 / 3,
+)
 #: Success within this of the other's counts as a tie (one evaluation game of 32 is 0.031).
 TIE = 1e-9
 
@@ -59,7 +69,7 @@ def arm_config(config: TrainConfig, algorithm: str, run_dir: Path) -> TrainConfi
             "algorithm": algorithm,
             "tempo": config.tempo.model_copy(update={"td_updates": 1_000_000}),
             "grpo": config.grpo.model_copy(update={"updates": 1_000_000}),
-            "run": config.run.model_copy(update={"run_dir": str(run_dir), "eval_every": 0, "console": False}),
+            "run": config.run.model_copy(update={"run_dir": str(run_dir), "eval_every": 0, "loggers": []}),
         },
         deep=True,
     )
@@ -79,9 +89,11 @@ def close_trainer(trainer: Any) -> None:
 DEMO_SEED_OFFSET = 500_000
 
 
-def warm_start_state(config: TrainConfig, ws_dir: Path) -> tuple[str, float]:
+def warm_start_state(
+    config: TrainConfig, ws_dir: Path, options: TrainerOptions | None = None
+) -> tuple[str, float]:
     """The warm start of ``config`` in ``ws_dir``: ``(backend state path, held-out success)``; without
-    ``warmstart.enabled`` the initial weights' state. Its demos are games ``env.train_seed_start +``
+    a warm start (``warmstart.episodes = 0``) the initial weights' state. Its demos are games ``env.train_seed_start +``
     :data:`DEMO_SEED_OFFSET` onward."""
     from tempo_rl.training.run import build_trainer
     from tempo_rl.training.warmstart import warm_start
@@ -89,7 +101,7 @@ def warm_start_state(config: TrainConfig, ws_dir: Path) -> tuple[str, float]:
     env = config.env.model_copy(update={"train_seed_start": config.env.train_seed_start + DEMO_SEED_OFFSET})
     config = config.model_copy(update={"env": env})
     ws_dir.mkdir(parents=True, exist_ok=True)
-    trainer = build_trainer(config, ws_dir)
+    trainer = build_trainer(config, ws_dir, options=options)
     try:
         if config.warmstart.enabled:
             warm_start(trainer)
@@ -112,7 +124,13 @@ def shared_tokenizer(config: TrainConfig, ws_dir: Path) -> TrainConfig:
 
 
 def run_arm(
-    config_json: str, run_dir: str, warm_state: str, warm_success: float, budget: int, marks: Sequence[int]
+    config_json: str,
+    run_dir: str,
+    warm_state: str,
+    warm_success: float,
+    budget: int,
+    marks: Sequence[int],
+    options: TrainerOptions | None = None,
 ) -> dict[str, Any]:
     """One arm of the race (in its own process): train from ``warm_state`` until ``budget`` env steps, evaluating
     at ``marks``. Returns ``{"env_steps", "tokens", "success", "updates", "seconds"}``, the first entries the
@@ -137,7 +155,7 @@ def run_arm(
             fh.write(json.dumps({"step": step, **row}) + "\n")
 
     t0 = time.perf_counter()
-    trainer = build_trainer(config, path, log=log, backend_state=warm_state)
+    trainer = build_trainer(config, path, log=log, backend_state=warm_state, options=options)
     trainer.state.warmstart_done = True
     trainer.state.policy_version = (
         1  # the warm start was one policy version (a critic of its own loads it too)
@@ -230,16 +248,20 @@ def race(
     marks: int = 6,
     jobs: int = 2,
     say: Callable[[str], None] | None = None,
+    options: TrainerOptions | None = None,
 ) -> dict[str, Any]:
     """Race TEMPO against GRPO from one warm start at equal env steps (see the module docstring); writes
-    ``summary.json`` and ``race.png`` into ``run_dir`` and returns the summary."""
+    ``summary.json`` and ``race.png`` into ``run_dir`` and returns the summary. ``options`` go to every
+    trainer of the race (the built-in race: :data:`RACE_OPTIONS`)."""
     say = say or (lambda _line: None)
     points = race_marks(budget_env_steps, marks)
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     base = config.model_copy(update={"algorithm": "tempo"})
     say(f"warm start on {config.warmstart.episodes} expert demos (shared by both algorithms)...")
-    state, success = warm_start_state(arm_config(base, "tempo", run_dir / "warmstart"), run_dir / "warmstart")
+    state, success = warm_start_state(
+        arm_config(base, "tempo", run_dir / "warmstart"), run_dir / "warmstart", options
+    )
     base = shared_tokenizer(base, run_dir / "warmstart")
     say(
         f"warm start done: held-out success {success:.2f}; training TEMPO and GRPO to {budget_env_steps} env steps each..."
@@ -254,6 +276,7 @@ def race(
                 success,
                 budget_env_steps,
                 points,
+                options,
             )
             for name in RACE_ALGORITHMS
         }

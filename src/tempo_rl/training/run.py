@@ -28,14 +28,16 @@ from tempo_rl.envs.snapshot import EnvSpec, Snapshot
 from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.tool_call import ToolCallParser
 from tempo_rl.training.checkpoint import atomic_write_text, save_checkpoint
-from tempo_rl.training.config import ConfigError, TrainConfig, load_config
+from tempo_rl.training.config import CRITIC_LEVELS, ConfigError, TrainConfig, load_config
 from tempo_rl.training.corpus import env_corpus
 from tempo_rl.training.critics import state_critic
 from tempo_rl.training.env_calls import FORK_CACHE_LOCK, locked_restore_branches, make_env_at_reset
+from tempo_rl.training.options import TrainerOptions
 from tempo_rl.training.preflight import preflight
 from tempo_rl.training.rundir import (
     CONFIG_FILE,
     METRICS_FILE,
+    MIN_FREE_DISK_MB,
     STORE_FILE,
     SUMMARY_FILE,
     TOKENIZER_DIR,
@@ -171,9 +173,8 @@ def env_workers(
         ray_pool = RayEnvWorkerPool(
             max_workers=w.max_workers,
             step_timeout_s=w.step_timeout_s,
-            num_cpus_per_env=w.ray_num_cpus_per_env,
-            start_timeout_s=w.ray_start_timeout_s,
-            init_kwargs={"address": w.ray_address} if w.ray_address else None,
+            start_timeout_s=max(120.0, 2 * w.step_timeout_s),
+            init_kwargs={"address": w.ray} if isinstance(w.ray, str) else None,
         )
 
         def restore_remote(snapshot: Snapshot, n: int) -> list[Any]:
@@ -192,7 +193,7 @@ def env_workers(
     return pool, make_env_at_reset, restore_local, cache
 
 
-def _warn_token_budgets(config: TrainConfig, tokenizer: Any) -> None:
+def _warn_token_budgets(config: TrainConfig, tokenizer: Any, options: TrainerOptions | None = None) -> None:
     """Warn when a turn budget cannot hold the shortest valid answer in this tokenizer (a real tokenizer
     splits the tags into several tokens); see :mod:`tempo_rl.rollout.budgets`."""
     import warnings
@@ -204,7 +205,7 @@ def _warn_token_budgets(config: TrainConfig, tokenizer: Any) -> None:
         tokenizer,
         max_tokens=s.max_tokens,
         critic_max_tokens=s.critic_max_tokens,
-        critic_answer_prefix=s.critic_answer_prefix,
+        critic_answer_prefix=(options or TrainerOptions()).critic_answer_prefix,
         generative_critic=config.algorithm == "tempo" and config.tempo.critic == "generative",
     ):
         warnings.warn(problem, TokenBudgetWarning, stacklevel=3)
@@ -222,6 +223,7 @@ def build_trainer(
     service_client: Any = None,
     critic_backend_state: str | None = None,
     store: StateStore | None = None,
+    options: TrainerOptions | None = None,
 ) -> MacroStepTrainer:
     """Build the configured trainer with all its components (clients, critic, store, pool) in ``run_dir``.
 
@@ -230,8 +232,10 @@ def build_trainer(
     holds the critic's weights: from ``critic_backend_state`` (a resume), else from ``backend_state`` like the
     actor's (a fresh run's warm start then copies the policy into it: :meth:`MacroStepTrainer.copy_policy_to_critic`).
     ``store`` replaces the run's state store (``RUN_DIR/store.sqlite``, opened for writing), e.g. with an
-    in-memory one for a command that must not write the run (``tempo-rl eval``).
+    in-memory one for a command that must not write the run (``tempo-rl eval``). ``options`` are the
+    settings beyond the config that code may pass (:class:`~tempo_rl.training.options.TrainerOptions`).
     """
+    options = options or TrainerOptions()
     tokenizer = run_tokenizer(config, run_dir, resume=resume)
     training, sampler, tokenizer = _create_clients(
         config, run_dir, tokenizer, backend_state, service_client=service_client
@@ -244,21 +248,20 @@ def build_trainer(
     chat = ChatRenderer(tokenizer)
     eos = tokenizer.eos_token_id
     s = config.sampling
-    _warn_token_budgets(config, tokenizer)
+    _warn_token_budgets(config, tokenizer, options)
     critic = GenerativeCritic(
         chat,
         s.critic_params((int(eos),) if eos is not None else None),
         max_prompt_tokens=s.critic_max_prompt_tokens,
-        history_turns=s.critic_history_turns,
-        answer_prefix=s.critic_answer_prefix,
+        history_turns=options.critic_history_turns,
+        answer_prefix=options.critic_answer_prefix,
         answer=s.critic_answer,
-        levels=config.warmstart.critic_format_levels,
+        levels=CRITIC_LEVELS,
     )
     if store is None:
         store = StateStore(
             run_dir / STORE_FILE,
             capacity=config.store.capacity,
-            per_game_cap=config.store.per_game_cap,
             max_age_versions=config.store.max_age_versions,
         )
     pool, make_env, restore_n, _cache = env_workers(config)
@@ -268,7 +271,7 @@ def build_trainer(
         chat=chat,
         critic=critic  # tempo.critic: the oracle / Monte Carlo critics value the restored state itself
         if config.tempo.critic == "generative"
-        else state_critic(config, chat, pool=pool, restore_branches=restore_n),
+        else state_critic(config, chat, pool=pool, restore_branches=restore_n, options=options),
         store=store,
         pool=pool,
         parser=ToolCallParser(),
@@ -280,14 +283,21 @@ def build_trainer(
     if config.algorithm == "tempo":
         from tempo_rl.training.tempo import TempoTrainer
 
-        return TempoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
-    if config.algorithm == "gigpo":
+        trainer: MacroStepTrainer = TempoTrainer(
+            config, components, state=state, log=log, write_trajectories=write_trajectories
+        )
+    elif config.algorithm == "gigpo":
         from tempo_rl.training.gigpo import GigpoTrainer
 
-        return GigpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
-    from tempo_rl.training.grpo import GrpoTrainer
+        trainer = GigpoTrainer(
+            config, components, state=state, log=log, write_trajectories=write_trajectories
+        )
+    else:
+        from tempo_rl.training.grpo import GrpoTrainer
 
-    return GrpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
+        trainer = GrpoTrainer(config, components, state=state, log=log, write_trajectories=write_trajectories)
+    trainer.options = options
+    return trainer
 
 
 # ------------------------------------------------------------------------------------------------ run
@@ -333,6 +343,7 @@ def train_run(
     console: bool | None = None,
     service_client: Any = None,
     overwrite: bool = False,
+    options: TrainerOptions | None = None,
 ) -> dict[str, Any]:
     """Train (or resume) the run in ``run_dir``; return the end-of-run summary.
 
@@ -349,10 +360,12 @@ def train_run(
         resume: continue from the newest verified checkpoint.
         overrides: ``key=value`` overrides applied on resume (e.g. more ``tempo.td_updates``).
         max_updates: stop after this many updates (tests; the run stays resumable).
-        console: print progress (default: ``config.run.console``).
+        console: print progress (default: ``"console"`` in ``config.run.loggers``).
         service_client: PyTRIO / Tinker only: use this ``ServiceClient`` (e.g. a recording stub).
         overwrite: a new run into a directory that holds one moves the old run aside to
             ``<run_dir>.replaced-<UTC time>`` first (:func:`~tempo_rl.training.rundir.move_aside`).
+        options: settings beyond the config (:class:`~tempo_rl.training.options.TrainerOptions`); the run
+            directory does not record them, so a resume passes them again.
 
     Raises:
         ConfigError: an invalid config for its env or backend, a new run into a directory that already holds a
@@ -375,17 +388,21 @@ def train_run(
                 f"tempo-rl: moved the existing run {run_path} aside to {aside}", file=sys.stderr, flush=True
             )
     before = {p.name for p in run_path.iterdir()} if run_path.is_dir() else None
-    check_run_dir(run_path, min_free_mb=config.run.min_free_disk_mb)
+    check_run_dir(run_path, min_free_mb=MIN_FREE_DISK_MB)
     with RunLock(run_path):
         if resume:
-            return _train_locked(run_path, config, True, max_updates, console, service_client, None, changes)
+            return _train_locked(
+                run_path, config, True, max_updates, console, service_client, None, changes, options
+            )
         if (run_path / CONFIG_FILE).exists():
             raise ConfigError(
                 f"{run_path} already holds a run; resume it with `tempo-rl train --resume {run_path}`, move it aside "
                 "with --overwrite, or choose another run.run_dir"
             )
         try:
-            return _train_locked(run_path, config, False, max_updates, console, service_client, before)
+            return _train_locked(
+                run_path, config, False, max_updates, console, service_client, before, options=options
+            )
         except _SetupFailed as failed:
             _remove_new_entries(run_path, before)
             raise failed.error from failed.error.__cause__
@@ -408,10 +425,11 @@ def _train_locked(
     service_client: Any,
     before: set[str] | None,
     changes: tuple[SettingChange, ...] = (),
+    options: TrainerOptions | None = None,
 ) -> dict[str, Any]:
     """:func:`train_run` once the lock is held. A resume's ``changes`` are recorded: ``config.toml`` is
     rewritten with them, and the next metrics record carries each as ``resume/<setting>`` (its new value)."""
-    show = config.run.console if console is None else console
+    show = config.run.logs_to("console") if console is None else console
     state: TrainerState | None = None
     backend_state: str | None = None
     critic_backend_state: str | None = None
@@ -445,7 +463,7 @@ def _train_locked(
                 file=sys.stderr,
                 flush=True,
             )
-    recorded = {f"resume/{c.key}": float(c.new) for c in changes}
+    recorded = {f"resume/{c.key}": float(c.new) for c in changes if isinstance(c.new, int | float)}
 
     from tempo_rl.training.metrics import MetricsLogger
 
@@ -454,9 +472,9 @@ def _train_locked(
             atomic_write_text(run_path / CONFIG_FILE, config.to_toml())
         logger = MetricsLogger(
             run_path,
-            swanlab=config.run.swanlab,
-            wandb=config.run.wandb,
-            project=config.run.project,
+            swanlab=config.run.logs_to("swanlab"),
+            wandb=config.run.logs_to("wandb"),
+            project=config.run.logger_project(),
             console=show,
         )
     except Exception as exc:
@@ -485,6 +503,7 @@ def _train_locked(
             backend_state=backend_state,
             service_client=service_client,
             critic_backend_state=critic_backend_state,
+            options=options,
         )
     except Exception as exc:
         logger.close()

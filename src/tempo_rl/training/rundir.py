@@ -52,6 +52,7 @@ __all__ = [
     "CONFIG_FILE",
     "LOCK_FILE",
     "METRICS_FILE",
+    "MIN_FREE_DISK_MB",
     "PROJECT_MARKERS",
     "RESUME_SETTINGS",
     "STORE_FILE",
@@ -232,7 +233,11 @@ def check_run_dir_path(path: Path) -> None:
         )
 
 
-def check_run_dir(path: Path, *, min_free_mb: float) -> None:
+#: the free disk space (MiB) a run directory needs for a run to start or resume
+MIN_FREE_DISK_MB = 100.0
+
+
+def check_run_dir(path: Path, *, min_free_mb: float = MIN_FREE_DISK_MB) -> None:
     """Fail fast, before training starts, when ``path`` cannot hold a run.
 
     Runs :func:`check_run_dir_path` (a file, a path below a file, a foreign folder, a read-only parent), creates ``path`` (with parents), writes and
@@ -287,8 +292,7 @@ def _probe(path: Path, min_free_mb: float) -> None:
     if free < min_free_mb * 2**20:
         raise RunDirError(
             f"only {free / 2**20:.1f} MiB free on the disk of the run directory {str(path)!r}, below "
-            f"run.min_free_disk_mb = {min_free_mb:g}; free disk space, choose another run.run_dir or lower "
-            "run.min_free_disk_mb"
+            f"the {min_free_mb:g} MiB a run needs to start; free disk space or choose another run.run_dir"
         )
 
 
@@ -436,9 +440,8 @@ def prepare_resume(run_dir: Path) -> ResumePoint:
 RESUME_SETTINGS: dict[str, str] = {
     "tempo.td_updates": "extend",
     "grpo.updates": "extend",
-    "run.console": "how",
+    "run.loggers": "how",
     "run.checkpoint_every": "how",
-    "run.min_free_disk_mb": "how",
     "workers.step_timeout_s": "how",
 }
 

@@ -3,10 +3,10 @@
 **Warm-up update** (until the hand-over, at most ``tempo.warmup_updates``):
 
 * ``warmup_games_per_batch`` fresh games x N branches play full episodes (up to T rounds);
-* the states every S rounds (S, 2S, ... strictly before the episode's end; S = ``warmup_state_stride``,
-  default H) get the Monte Carlo target ``G_t = sum_{u >= t} r_u`` (:func:`tempo_rl.signals.monte_carlo_returns`);
-  each episode contributes at most ``warmup_states_per_episode`` of them, drawn uniformly, so that long failed
-  episodes do not out-weigh short successful ones (the reference's bias);
+* the macro-step boundaries (H, 2H, ... strictly before the episode's end) get the Monte Carlo target
+  ``G_t = sum_{u >= t} r_u`` (:func:`tempo_rl.signals.monte_carlo_returns`); each episode contributes at most
+  ``warmup_states_per_episode`` of them, drawn uniformly, so that long failed episodes do not out-weigh short
+  successful ones (the reference's bias); ``"every_round"`` takes every round's state instead;
 * each game's start state (round 0, the same state for its N branches) is one more boundary state, with the
   mean of its branches' returns ``G_0 = mean_n sum_u r_u^(n)`` as target: one Monte Carlo estimate of
   ``V(s_0)`` over N episodes instead of N copies of the state against single 0/1 outcomes;
@@ -102,11 +102,10 @@ def warmup_actor_advantages(
 
 
 def bootstraps(branch: BranchResult, tempo: TempoConfig) -> bool:
-    """Whether a branch's endpoint is valued by the critic: always at a macro boundary; at the episode step
-    limit only with ``tempo.bootstrap_episode_limit`` (otherwise the step budget is spent: nothing follows)."""
-    return branch.end_reason == "macro_boundary" or (
-        branch.end_reason == "max_rounds" and tempo.bootstrap_episode_limit
-    )
+    """Whether a branch's endpoint is valued by the critic: at a macro boundary only. At the episode step limit
+    the task's step budget is spent, so nothing follows (value 0), as in the Monte Carlo warm-up targets and
+    evaluation."""
+    return branch.end_reason == "macro_boundary"
 
 
 def endpoint_values(
@@ -117,7 +116,7 @@ def endpoint_values(
 ) -> EndpointValues:
     """Assemble :class:`EndpointValues` from the branches and the E critic samples of each queried endpoint
     (``V_hat = mean of the parsed samples``; an endpoint with none is dropped or valued
-    ``tempo.unparsed_endpoint_value``, per ``tempo.unparsed_endpoint``)."""
+    ``tempo.unparsed_endpoint`` when that is a number)."""
     shape = (len(results), max((len(row) for row in results), default=0))
     seg, values = np.zeros(shape), np.zeros(shape)
     bootstrap, mask = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
@@ -136,7 +135,7 @@ def endpoint_values(
             if tempo.unparsed_endpoint == "drop":
                 mask[i, j] = False
                 continue
-            v = tempo.unparsed_endpoint_value
+            v = float(tempo.unparsed_endpoint)
         values[i, j] = v
     return EndpointValues(seg, values, bootstrap, mask, queried, unparsed)
 
@@ -251,7 +250,7 @@ def _critic_signal_arrays(
         np.asarray(targets, dtype=np.float64),
         r_max=tempo.r_max,
         error=tempo.error,
-        failure_reward=tempo.critic_failure_reward,
+        failure_reward=-1.0,  # an unparsable answer scores as the worst parsed one (error R_max)
     )
     adv = group_advantages(rewards, mask=mask) if centred else np.where(mask, rewards, 0.0)
     degenerate = np.asarray(degenerate_groups(adv, mask=mask), dtype=bool)
@@ -507,8 +506,8 @@ class TempoTrainer(MacroStepTrainer):
         self, estimates: Sequence[CriticEstimates], targets: Sequence[float], *, td: bool
     ) -> tuple[list[Datum], float]:
         """The critic's Datums against ``targets`` and the degenerate-group rate (nothing when
-        ``tempo.train_critic`` is off). In TD the rewards are centred per ``tempo.td_critic_baseline`` and the
-        advantages scaled by ``tempo.td_critic_weight``; the warm-up always centres, at weight 1."""
+        ``tempo.train_critic`` is off). The rewards are centred over the K samples of each state (TEMPO's group
+        mean), at weight 1."""
         t = self.config.tempo
         if not t.train_critic:
             return [], math.nan
@@ -545,10 +544,9 @@ class TempoTrainer(MacroStepTrainer):
         )
 
     def critic_centring(self, *, td: bool) -> tuple[bool, float]:
-        """``(centred, weight)`` of the critic's advantages: in TD per ``tempo.td_critic_baseline`` and
-        ``tempo.td_critic_weight``; the warm-up always centres, at weight 1."""
-        t = self.config.tempo
-        return (t.td_critic_baseline == "group_mean", t.td_critic_weight) if td else (True, 1.0)
+        """``(centred, weight)`` of the critic's advantages: centred over the K samples of a state (TEMPO's
+        group mean), at weight 1, in the warm-up and in TD alike."""
+        return True, 1.0
 
     # --------------------------------------------------------------------------------------------- warm-up
 
@@ -610,9 +608,9 @@ class TempoTrainer(MacroStepTrainer):
         the dict (inside a record) that receives its critic samples: a branch's ``boundaries`` entry
         ``{"round", "target"}``, or the start's ``start`` field (:func:`start_record`) on its first record.
 
-        Every S rounds strictly before an episode's end (S = ``tempo.warmup_state_stride``, default H) is a
-        critic state; each episode contributes at most ``tempo.warmup_states_per_episode`` of them (drawn
-        uniformly) as critic targets. Every H rounds strictly before its end is a macro-step boundary, and
+        With ``tempo.warmup_states_per_episode = m`` an episode contributes at most m of its macro-step
+        boundaries (drawn uniformly) as critic targets; with ``"every_round"`` every round strictly before its
+        end. Every H rounds strictly before its end is a macro-step boundary, and
         every one goes into the store. Each start state is one more critic state, against the mean of its
         episodes' returns.
         """
@@ -631,12 +629,12 @@ class TempoTrainer(MacroStepTrainer):
                 returns = monte_carlo_returns(np.asarray(branch.rewards, dtype=np.float64))
                 start_returns.append(float(returns[0]) if branch.rounds else 0.0)
                 boundaries = range(t.macro_rounds, branch.rounds, t.macro_rounds)
-                stride = t.warmup_state_stride or t.macro_rounds
-                candidates = list(range(stride, branch.rounds, stride))
                 m = t.warmup_states_per_episode
+                stride = 1 if m == "every_round" else t.macro_rounds
+                candidates = list(range(stride, branch.rounds, stride))
                 chosen = (
                     candidates
-                    if m is None or m >= len(candidates)
+                    if not isinstance(m, int) or m >= len(candidates)
                     else sorted(self.rng.choice(candidates, size=m, replace=False).tolist())
                 )
                 # each round's state built once, for the store and for the critic

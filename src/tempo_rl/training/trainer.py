@@ -35,12 +35,14 @@ from tempo_rl.backends.types import AdamParams, Datum, LossFn, SamplingClient, S
 from tempo_rl.critic.base import CriticEstimates, CriticQuery
 from tempo_rl.critic.privileged import PrivilegedInfoTally
 from tempo_rl.envs.core import task_of
+from tempo_rl.envs.games import GAME_KWARG
 from tempo_rl.envs.snapshot import EnvSpec
 from tempo_rl.rollout.branches import BranchResult, RolloutSettings, RolloutStats, run_branches
 from tempo_rl.rollout.datums import completion_datum, make_datum
 from tempo_rl.signals import kl_penalized_advantages
 from tempo_rl.training.config import TrainConfig
 from tempo_rl.training.cost import CostLedger, critic_cost_counters
+from tempo_rl.training.options import TrainerOptions
 from tempo_rl.training.types import StartState, StoredState, TrainerComponents
 
 __all__ = ["MacroStepTrainer", "TrainerState", "UpdateTimer"]
@@ -171,6 +173,9 @@ class MacroStepTrainer(abc.ABC):
         on_update_end: called after every update (the run checkpoints here).
         write_trajectories: ``(records) -> None`` for trajectory JSONL records.
     """
+
+    #: settings beyond the config (:func:`~tempo_rl.training.run.build_trainer` sets them)
+    options: TrainerOptions = TrainerOptions()
 
     def __init__(
         self,
@@ -356,7 +361,7 @@ class MacroStepTrainer(abc.ABC):
             )
         state = StoredState.at_reset(
             snapshot,
-            game_id=str(spec.kwargs.get(self.config.env.game_kwarg) or f"{spec.name}:{seed}"),
+            game_id=str(spec.kwargs.get(GAME_KWARG) or f"{spec.name}:{seed}"),
             task=task_of(obs),
             policy_version=self.state.policy_version,
             privileged_info=env.privileged_info(),
@@ -678,20 +683,20 @@ class MacroStepTrainer(abc.ABC):
 
     def adam_params(self, critic: bool = False) -> AdamParams:
         """Adam settings from ``config.optim``; with ``critic`` (the critic's own weights) its step size is
-        ``optim.critic_learning_rate`` where set."""
-        params = AdamParams.of(self.config.optim)
-        lr = self.config.optim.critic_learning_rate
+        ``options.critic_learning_rate`` where set."""
+        params = self.config.optim.adam()
+        lr = self.options.critic_learning_rate
         return replace(params, learning_rate=lr) if critic and lr is not None else params
 
     def loss_config(self) -> dict[str, float] | None:
         """``loss_fn_config`` for PPO (ratio bounds); None for importance sampling."""
         o = self.config.optim
-        if o.loss_fn == "ppo":
-            return {"clip_low_threshold": o.clip_low_threshold, "clip_high_threshold": o.clip_high_threshold}
+        if o.ppo_clip is not None:
+            return {"clip_low_threshold": o.ppo_clip[0], "clip_high_threshold": o.ppo_clip[1]}
         return None
 
     def by_loss(self, datums: Sequence[Datum]) -> list[tuple[list[Datum], LossFn, dict[str, float] | None]]:
-        """``datums`` split by their loss: policy-gradient Datums (``advantages``) under ``optim.loss_fn``, and
+        """``datums`` split by their loss: policy-gradient Datums (``advantages``) under the policy loss (``optim.ppo_clip``), and
         cross-entropy Datums (``weights``: a log-loss critic's, :meth:`TempoTrainer.critic_level_datums`) under
         ``"cross_entropy"``; each non-empty part with its loss and loss config, in that order. Their
         ``forward_backward`` calls accumulate into one gradient before the optimiser step."""
@@ -713,7 +718,7 @@ class MacroStepTrainer(abc.ABC):
         minibatches (so actor and critic Datums mix in each), and every minibatch is its own chunked
         ``forward_backward`` calls followed by one ``optim_step``: S optimiser steps on one batch of samples.
         Minibatch ``s > 0`` is scored by weights that moved ``s`` steps since sampling; the losses' importance
-        ratio ``exp(lp - lp_sampler)`` corrects for it (``optim.loss_fn = "ppo"`` also clips it). The sampler is
+        ratio ``exp(lp - lp_sampler)`` corrects for it (``optim.ppo_clip`` also clips it). The sampler is
         refreshed once, after the last step, so the policy version advances by one per update.
 
         With ``tempo.critic_weights = "own"`` the Datums tagged ``role = "critic"`` train the critic's own
@@ -828,7 +833,7 @@ class MacroStepTrainer(abc.ABC):
         each, at ``sampling.eval_temperature``, sampled with :meth:`eval_seed` of ``updates_done``, default
         ``state.update``). Moves neither the training data cursor nor the trainer RNG."""
         env_cfg = self.config.env
-        games = [env_cfg.eval_game(j) for j in range(min(episodes, env_cfg.num_eval_seeds))]
+        games = [env_cfg.eval_game(j) for j in range(episodes)]
         starts, _failed = await self.fresh_starts(1, games)
         try:
             results, stats = await self.rollout(

@@ -254,8 +254,8 @@ class EndpointValues:
     Attributes:
         segment_rewards: r_n, the reward of each branch's segment.
         values: V_hat_n at each queried endpoint (0 elsewhere; an unparsed endpoint is dropped or substituted).
-        bootstrap: the endpoint is valued (a macro boundary; the episode step limit with
-            ``tempo.bootstrap_episode_limit``); False for terminal, token-budget and failed branches.
+        bootstrap: the endpoint is valued (a macro boundary); False for terminal, step-limit, token-budget and
+            failed branches.
         mask: the branch counts (no env error, and its endpoint value is known or substituted).
         queried: the ``(s, n)`` of every endpoint the critic valued, in query order.
         unparsed: queried endpoints none of whose E samples parsed.

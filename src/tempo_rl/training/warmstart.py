@@ -15,19 +15,19 @@ a variant whose expert's choices carry no preference the RL task rewards):
   a noisy step the demo shows the expert's recovery (weight 1), and it stops only when the episode ends, the
   step limit is reached or the episode can no longer be won (DART-style noise injection: the actor also
   learns the states its own slips lead to);
-* with ``warmstart.balance_actions`` every distinct expert action gets the same total weight
-  (:func:`balance_actions`): the decisive rare actions are not drowned by the frequent ones;
-* a share ``warmstart.critic_format_share`` of the demos also yields one critic *format* example: the critic
-  prompt of a random state of the demo answered with ``<value>v</value>`` (less the critic's answer prefix, which
-  its prompt already ends with), where ``v`` is drawn uniformly from ``warmstart.critic_format_levels`` evenly
-  spaced levels of [0, R_max] (default 11: {0, 0.1, ..., 1} x R_max; 2: the binary answers 0 and R_max). It
-  teaches only the answer format, no value information (the value is independent of the state): what the critic
-  knows about values it must learn in the RL warm-up.
+* every distinct expert action gets the same total weight (:func:`balance_actions`): the decisive rare actions
+  are not drowned by the frequent ones;
+* every demo also yields one critic *format* example: the critic prompt of a random state of the demo answered
+  with ``<value>v</value>`` (less the critic's answer prefix, which its prompt already ends with), where ``v`` is
+  drawn uniformly from the critic's answer grid (:data:`~tempo_rl.training.config.CRITIC_LEVELS` evenly spaced
+  levels of [0, R_max]: the binary answers 0 and R_max). It teaches only the answer format, no value information
+  (the value is independent of the state): what the critic knows about values it must learn in the RL warm-up.
 
 Loss: ``cross_entropy`` with weight 1 on the expert's tool-call tokens (and the EOS that ends the turn) and on the
 critic's answer tokens, 0 elsewhere; Adam with ``warmstart.learning_rate``, one ``optim_step`` per batch of
-``warmstart.batch_size`` Datums, ``warmstart.epochs`` passes; with ``warmstart.cooldown`` > 0 the step size falls
-linearly over that last share of the steps (:func:`cooldown_learning_rate`).
+``warmstart.batch_size`` Datums, ``warmstart.epochs`` passes; with a cool-down
+(:class:`~tempo_rl.training.options.TrainerOptions`) the step size falls linearly over its last share of the steps
+(:func:`cooldown_learning_rate`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tempo_rl.backends.types import AdamParams, Datum
+from tempo_rl.backends.types import Datum
 from tempo_rl.critic.base import CriticQuery
 from tempo_rl.critic.levels import format_level
 from tempo_rl.envs.snapshot import EnvSpec
@@ -49,6 +49,7 @@ from tempo_rl.envs.workers import EnvWorkerError
 from tempo_rl.rollout.datums import SequenceBuilder, sft_datum
 from tempo_rl.rollout.prompts import OBSERVATION_ROLE, build_actor_messages, format_observation
 from tempo_rl.rollout.tool_call import format_tool_call
+from tempo_rl.training.config import CRITIC_LEVELS
 from tempo_rl.training.env_calls import GuardedEnvCalls
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,7 +94,7 @@ def demonstration_datums(
         plan = [] if recovering else list(calls.call(env, "walkthrough") or ())
         if not recovering and not plan:
             raise ValueError(
-                f"env {cfg.env.name!r} (seed {seed}) has no walkthrough(); disable warmstart.enabled or use an "
+                f"env {cfg.env.name!r} (seed {seed}) has no walkthrough(); set warmstart.episodes = 0 or use an "
                 "env with an expert"
             )
         obs = calls.call(env, "last_observation")
@@ -160,8 +161,8 @@ def demonstration_datums(
         )
         prompt_fn = getattr(trainer.c.critic, "prompt_tokens", None)
         prompt = prompt_fn(query)[0] if callable(prompt_fn) else None
-        if prompt is not None and rng.random() < cfg.warmstart.critic_format_share:
-            levels = cfg.warmstart.critic_format_levels
+        if prompt is not None:
+            levels = CRITIC_LEVELS
             value = int(rng.integers(0, levels)) / (levels - 1) * cfg.tempo.r_max
             text = f"<value>{_format_value(value, levels, cfg.tempo.r_max)}</value>"
             text = text.removeprefix(getattr(trainer.c.critic, "answer_prefix", ""))  # the prompt holds it
@@ -266,6 +267,10 @@ def cooldown_learning_rate(step: int, total: int, learning_rate: float, cooldown
 def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     """Run the supervised warm start (see the module docstring); returns ``warmstart/*`` metrics.
 
+    With ``trainer.options.warmstart_cooldown`` = c > 0 the step size falls linearly from
+    ``warmstart.learning_rate`` towards 0 over the last share c of the optimiser steps
+    (:func:`cooldown_learning_rate`).
+
     Uses training seeds ``0 .. episodes-1`` of the env config (the RL data cursor is not moved) and the
     trainer's RNG (so a resumed run never repeats it: the run records ``warmstart_done``).
     """
@@ -286,18 +291,11 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
     if failures == ws.episodes and ws.episodes > 0:
         raise RuntimeError(
             f"every one of the {ws.episodes} warm-start demonstrations failed in the env (see workers.* and the "
-            f"env's errors); fix env {cfg.env.name!r} or disable warmstart.enabled"
+            f"env's errors); fix env {cfg.env.name!r} or set warmstart.episodes = 0"
         )
-    datums = balance_actions(datums) if ws.balance_actions else [_strip_labels(d) for d in datums]
+    datums = balance_actions(datums)
     build_s = time.perf_counter() - t0
-    adam = AdamParams(
-        learning_rate=ws.learning_rate,
-        beta1=cfg.optim.beta1,
-        beta2=cfg.optim.beta2,
-        eps=cfg.optim.eps,
-        weight_decay=cfg.optim.weight_decay,
-        grad_clip_norm=cfg.optim.grad_clip_norm,
-    )
+    adam = cfg.optim.adam(ws.learning_rate)
     losses: list[float] = []
     steps = 0
     total = ws.epochs * math.ceil(len(datums) / ws.batch_size)  # the optimiser steps the loops below take
@@ -308,7 +306,7 @@ def warm_start(trainer: MacroStepTrainer) -> dict[str, float]:
             out = trainer.c.training_client.forward_backward(batch, "cross_entropy", None)
             tokens = sum(float(np.sum(d.loss_fn_inputs["weights"])) for d in batch)
             losses.append(float(out.loss) / max(tokens, 1.0))
-            lr = cooldown_learning_rate(steps, total, ws.learning_rate, ws.cooldown)
+            lr = cooldown_learning_rate(steps, total, ws.learning_rate, trainer.options.warmstart_cooldown)
             trainer.c.training_client.optim_step(replace(adam, learning_rate=lr))
             steps += 1
     trainer.state.policy_version += 1

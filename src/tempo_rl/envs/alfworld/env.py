@@ -339,6 +339,9 @@ class AlfworldEnv(ReplayableEnv):
             return cached
         return compute_planner_walkthrough(self.game_file, cache_dir=self.cache_dir)
 
+    #: the files of a games folder (``env.games_dir``) that are games
+    game_files = "**/game.tw-pddl"
+
     #: What to do about games without privileged info (shown in the training-start warning).
     privileged_info_hint = (
         "ALFWorld's train-split games carry no walkthrough. Precompute verified planner walkthroughs once with "
