@@ -1,0 +1,41 @@
+"""``benchmarks/race_seeds.py``: the per-seed record, the spread and the table on hand-made races."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmark_runs import load_benchmark
+
+rs = load_benchmark("race_seeds")
+
+
+def _summary(tempo: float, grpo: float) -> dict[str, object]:
+    arm = {"env_steps": [0, 2304, 4610], "tokens": [0, 10, 20]}
+    return {
+        "race": {
+            "tempo": {**arm, "success": [0.1, 0.2, tempo]},
+            "grpo": {**arm, "env_steps": [0, 2300, 4620], "success": [0.1, 0.2, grpo]},
+            "verdict": "v",
+        }
+    }
+
+
+def test_seed_records_spread_and_table_by_hand() -> None:
+    finals = {"0": (0.9, 0.5), "1": (0.3, 0.4), "2": (0.6, 0.5)}
+    per_seed = {s: rs.seed_record(_summary(t, g), 600.0 + 60 * int(s)) for s, (t, g) in finals.items()}
+    assert per_seed["0"]["env_steps"] == 4620 and per_seed["0"]["tempo_tokens"] == 20
+    line = rs.headline(per_seed)
+    assert line["seeds"] == [0, 1, 2] and line["tempo_ahead"] == 2
+    d = line["tempo_minus_grpo"]
+    assert (round(d["min"], 6), round(d["median"], 6), round(d["max"], 6)) == (-0.1, 0.1, 0.4)
+    assert line["wall_s"] == {"min": 600.0, "median": 660.0, "max": 720.0}
+    table = rs.results_table(line).splitlines()
+    assert table[2] == "| TEMPO (generative critic) | 0.30 | 0.60 | 0.90 |"
+    assert table[4] == "| TEMPO - GRPO (ahead on 2 of 3 seeds) | -0.10 | +0.10 | +0.40 |"
+    assert table[5] == "| wall time (minutes) | 10.0 | 11.0 | 12.0 |"
+
+
+def test_race_command_sets_the_seeds_the_mechanism_benchmark_uses() -> None:
+    cmd = rs.race_command(3, Path("runs/x"))
+    assert cmd[1:4] == ["-m", "tempo_rl.cli", "race"]
+    assert "run.seed=3" in cmd and "backend.seed=3" in cmd and "env.train_seed_start=40000" in cmd
