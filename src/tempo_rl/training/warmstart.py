@@ -162,6 +162,7 @@ def demonstration_datums(
         prompt_fn = getattr(trainer.c.critic, "prompt_tokens", None)
         prompt = prompt_fn(query)[0] if callable(prompt_fn) else None
         if prompt is not None:
+            rng.random()  # one uniform draw per demo before its level: the stream docs/results.md was measured on
             levels = CRITIC_LEVELS
             value = int(rng.integers(0, levels)) / (levels - 1) * cfg.tempo.r_max
             text = f"<value>{_format_value(value, levels, cfg.tempo.r_max)}</value>"
