@@ -170,8 +170,6 @@ def warmup_curve(
     ``probe_games`` > 0 the :func:`mechanism.value_probe` after the last update (``"probe"``)."""
     import mechanism
 
-    from tempo_rl.training.run import build_trainer
-
     scale = mechanism.QUICK if quick else mechanism.FULL
     env = (mechanism.QUICK_ENVS if quick else mechanism.ENVS)["keydoor_rule"]
     tok_dir = mechanism.build_env_tokenizer(env, scale, work)
@@ -195,20 +193,9 @@ def warmup_curve(
         update={"tempo": tempo.model_copy(update={"macro_rounds": cfg.tempo.macro_rounds})}
     )
     cfg = cfg.model_copy(update={"tempo": tempo})
-    last: dict[str, float] = {}
-
-    def log(_step: int, metrics: Any) -> None:
-        last.clear()
-        last.update(metrics)
-
-    trainer = build_trainer(
-        cfg,
-        run_dir,
-        log=log,
-        backend_state=str(warm["state"]),
-        options=mechanism.make_options(env, "generative_critic_only"),
+    trainer, last = mechanism.warm_started_trainer(
+        cfg, run_dir, warm, mechanism.make_options(env, "generative_critic_only")
     )
-    trainer.state.policy_version = 1  # as the benchmark: the warm start was one policy version
     policy = apply_design(trainer, design)
     out: dict[str, Any] = {"corr": [], "mean_estimate": [], "env_steps": []}
     try:

@@ -630,6 +630,24 @@ def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and math.isfinite(float(x)) else None
 
 
+def warm_started_trainer(
+    cfg: Any, run_dir: Path, warm: Mapping[str, Any], options: Any
+) -> tuple[Any, dict[str, float]]:
+    """A trainer on the warm start's weights (policy version 1: the warm start was one) and the dict that holds
+    its latest update's metrics."""
+    from tempo_rl.training.run import build_trainer
+
+    last: dict[str, float] = {}
+
+    def log(_step: int, metrics: Mapping[str, float]) -> None:
+        last.clear()
+        last.update(metrics)
+
+    trainer = build_trainer(cfg, run_dir, log=log, backend_state=str(warm["state"]), options=options)
+    trainer.state.policy_version = 1
+    return trainer, last
+
+
 def arm_task(
     env: EnvSetting,
     scale: Scale,
@@ -648,7 +666,6 @@ def arm_task(
     ``evals`` (each evaluation's env steps and ``eval/*`` metrics, e.g. ``eval/invalid_actions_mean``, the steps
     an episode wasted), the wall-time split and the final ``cost/*``.
     """
-    from tempo_rl.training.run import build_trainer
 
     probed = ARMS[arm].get("critic") == "generative" and scale.probe_games > 0
     key = config_key(
@@ -672,17 +689,8 @@ def arm_task(
         shutil.rmtree(run_dir)  # an interrupted attempt: start the arm over
     run_dir.mkdir(parents=True)
     cfg = make_config(env, scale, seed, arm, run_dir, tok_dir)
-    last: dict[str, float] = {}
-
-    def log(_step: int, metrics: Mapping[str, float]) -> None:
-        last.clear()
-        last.update(metrics)
-
     t_start, c_start = time.perf_counter(), time.process_time()
-    trainer = build_trainer(
-        cfg, run_dir, log=log, backend_state=str(warm["state"]), options=make_options(env, arm)
-    )
-    trainer.state.policy_version = 1  # the warm start was one policy version
+    trainer, last = warm_started_trainer(cfg, run_dir, warm, make_options(env, arm))
     budget = scale.budget_steps
     marks = [round(budget * (k + 1) / scale.eval_points) for k in range(scale.eval_points)]
     curve: list[tuple[int, int, float]] = [(0, 0, float(warm["metrics"]["eval/success_rate"]))]

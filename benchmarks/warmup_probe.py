@@ -132,8 +132,6 @@ def probe_seed(
     """One seed: the warm start, the generative arm's warm-up and the value probe (see the module docstring)."""
     import mechanism
 
-    from tempo_rl.training.run import build_trainer
-
     scale = mechanism.QUICK if quick else mechanism.FULL
     tok_dir = mechanism.build_env_tokenizer(env, scale, work)
     warm = mechanism.warm_start_task(env, scale, seed, work, tok_dir)
@@ -143,20 +141,9 @@ def probe_seed(
         shutil.rmtree(run_dir)  # an earlier or interrupted run: start over (as the benchmark's arms)
     run_dir.mkdir(parents=True)
     cfg = arm_config(env, scale, seed, run_dir, tok_dir, temperature, warmup_updates)
-    last: dict[str, float] = {}
-
-    def log(_step: int, metrics: Mapping[str, float]) -> None:
-        last.clear()
-        last.update(metrics)
-
-    trainer = build_trainer(
-        cfg,
-        run_dir,
-        log=log,
-        backend_state=str(warm["state"]),
-        options=mechanism.make_options(env, "generative_critic_only"),
+    trainer, last = mechanism.warm_started_trainer(
+        cfg, run_dir, warm, mechanism.make_options(env, "generative_critic_only")
     )
-    trainer.state.policy_version = 1  # as the benchmark: the warm start was one policy version
     warmup: dict[str, list[Any]] = {"success_rate": [], "value_corr": [], "env_steps": []}
     try:
         for _ in range(cfg.tempo.warmup_updates):
