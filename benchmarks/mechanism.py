@@ -363,8 +363,9 @@ def generative_critic_design(scale: Scale) -> dict[str, Any]:
 def make_config(
     env: EnvSetting, scale: Scale, seed: int, arm: str, run_dir: Path, tokenizer_dir: Path
 ) -> Any:
-    """The run config of one (env, seed, arm); all arms share env, model, sampling and optimiser settings."""
-    from tempo_rl.training.config import validate_config
+    """The run config of one (env, seed, arm); all arms share env, model, sampling and optimiser settings (one
+    job, of which each arm keeps the settings its algorithm reads)."""
+    from tempo_rl.training.config import config_for
 
     spec = ARMS[arm]
     critic = spec.get("critic", "generative")
@@ -378,9 +379,8 @@ def make_config(
     else:
         cap = scale.warmup_updates
     max_positions = 1 << max(11, (scale.max_trajectory_tokens - 1).bit_length())
-    return validate_config(
+    return config_for(
         {
-            "algorithm": spec["algorithm"],
             "env": {
                 "name": env.name,
                 "kwargs": dict(env.kwargs),
@@ -459,7 +459,8 @@ def make_config(
                 "eval_every": 0,  # the benchmark evaluates at its own env-step marks
                 "eval_episodes": scale.eval_episodes,
             },
-        }
+        },
+        spec["algorithm"],
     )
 
 

@@ -162,7 +162,6 @@ def test_a_gigpo_run_trains_through_the_tinker_client(tmp_path: Any, monkeypatch
             "grpo.updates=2",
             "grpo.games_per_batch=2",
             "tempo.max_rounds=12",
-            "tempo.macro_rounds=4",
             "sampling.max_tokens=32",
             "sampling.max_trajectory_tokens=1200",
             "optim.learning_rate=1e-3",

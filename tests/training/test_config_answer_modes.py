@@ -38,17 +38,11 @@ def test_a_setting_of_sampled_answers_is_rejected_with_expected_answers(
 
 
 @pytest.mark.parametrize(("section", "name", "value"), UNUSED)
-def test_the_same_setting_is_accepted_where_it_applies(section: str, name: str, value: Any) -> None:
-    # sampled answers read it; the other critics and GRPO never use critic_answer at all
+def test_the_same_setting_is_accepted_with_sampled_answers(section: str, name: str, value: Any) -> None:
     sampled = {**{section: {name: value}}, "sampling": {"critic_answer": "sampled"}}
     if section == "sampling":
         sampled["sampling"] = {"critic_answer": "sampled", name: value}
     assert getattr(getattr(validate_config(sampled), section), name) == value
-    for extra in ({"tempo": {"critic": "oracle"}}, {"algorithm": "grpo"}):
-        data = _config(section, name, value, **extra)
-        if section == "tempo" and "tempo" in extra:
-            data["tempo"] = {**extra["tempo"], name: value}
-        assert getattr(getattr(validate_config(data), section), name) == value
 
 
 def test_defaults_and_the_main_job_validate_with_expected_answers() -> None:

@@ -36,19 +36,16 @@ ENVS: dict[str, list[str]] = {
         'env.name="keydoor"',
         "env.kwargs={horizon=12, keys=1, colours=2}",
         "tempo.max_rounds=12",
-        "tempo.macro_rounds=4",
     ],
     "knights": [
         'env.name="knights"',
         'env.kwargs={size=4, preplaced=1, place=2, max_steps=6, feedback="final"}',
         "tempo.max_rounds=6",
-        "tempo.macro_rounds=2",
     ],
     "arc-stub": [
         'env.name="arc-stub"',
         "env.kwargs={levels=1, scale=8, max_steps=6}",
         "tempo.max_rounds=6",
-        "tempo.macro_rounds=2",
     ],
 }
 
@@ -108,7 +105,6 @@ def test_gigpo_anchor_groups_form_across_the_branches_of_an_alfworld_game(tmp_pa
             f'env.eval_games_dir="{games}"',
             "env.kwargs={max_steps=6}",
             "tempo.max_rounds=6",
-            "tempo.macro_rounds=2",
             "grpo.games_per_batch=1",
             "grpo.group_size=4",
             "sampling.max_tokens=48",

@@ -3,7 +3,7 @@
 Examples::
 
     tempo-rl race --run-dir runs/race                           # the built-in long-horizon race, offline
-    tempo-rl race --config my.toml --budget-env-steps 20000     # any config (its algorithm is ignored)
+    tempo-rl race --config my.toml --budget-env-steps 20000     # a job: [tempo] for TEMPO, [grpo] for GRPO
 
 Both algorithms start from the same supervised warm start and train until each has used the same env steps,
 in two processes; the console shows their held-out success side by side at the same env-step marks and a
@@ -54,8 +54,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 @command("race")
 def run(args: argparse.Namespace) -> int:
     """Run ``tempo-rl race``; 0 done, 2 a bad input (nothing written)."""
-    from tempo_rl.training.config import load_config
-    from tempo_rl.training.race import RACE_CONFIG, RACE_OPTIONS, race
+    from tempo_rl.training.config import apply_overrides, configs_for, read_config_file
+    from tempo_rl.training.race import RACE_ALGORITHMS, RACE_CONFIG, RACE_OPTIONS, race
 
     checks.whole("--budget-env-steps", args.budget_env_steps, at_least=1)
     checks.whole("--marks", args.marks, at_least=1)
@@ -65,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--run-dir {run_dir} is not empty; a race starts in a new folder: choose another")
     if args.config is not None:
         checks.existing_file("--config", args.config, what="a TOML config")
-    config = load_config(args.config if args.config is not None else RACE_CONFIG, args.overrides)
+    job = read_config_file(args.config if args.config is not None else RACE_CONFIG)
+    configs = configs_for(apply_overrides(job, args.overrides), RACE_ALGORITHMS)
     say = (lambda _line: None) if args.quiet else (lambda line: print(line, flush=True))
     race(
-        config,
+        configs,
         run_dir,
         budget_env_steps=args.budget_env_steps,
         marks=args.marks,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -45,6 +45,8 @@ __all__ = [
     "ADAM_EPS",
     "CRITIC_LEVELS",
     "EVAL_SEED_START",
+    "MODE_SETTINGS",
+    "READ_BY_EVERY_ALGORITHM",
     "ConfigError",
     "EnvConfig",
     "GigpoConfig",
@@ -59,8 +61,12 @@ __all__ = [
     "WarmStartConfig",
     "WorkersConfig",
     "apply_overrides",
+    "config_for",
+    "configs_for",
     "load_config",
     "parse_override",
+    "read_config_file",
+    "settings_without_effect",
     "validate_config",
 ]
 
@@ -684,7 +690,7 @@ class TrainConfig(_Model):
     @model_validator(mode="after")
     def _cross_field_checks(self) -> TrainConfig:
         t = self.tempo
-        if t.max_rounds % t.macro_rounds != 0:
+        if self.algorithm == "tempo" and t.max_rounds % t.macro_rounds != 0:
             raise ValueError(
                 f"tempo.max_rounds (T={t.max_rounds}) must be a multiple of tempo.macro_rounds "
                 f"(H={t.macro_rounds}); e.g. set tempo.max_rounds={t.macro_rounds * max(1, round(t.max_rounds / t.macro_rounds))}"
@@ -721,12 +727,16 @@ class TrainConfig(_Model):
         return self
 
     @model_validator(mode="after")
-    def _expected_answer_has_no_use_for_sampling_rewards(self) -> TrainConfig:
-        """Reject the settings that a critic answering by its expectation never reads (see
-        :func:`_unused_by_expected_answers`)."""
-        unused = _unused_by_expected_answers(self)
-        if unused:
-            raise ValueError("; ".join(unused))
+    def _every_setting_acts(self, info: ValidationInfo) -> TrainConfig:
+        """Reject a non-default setting that the configured mode never reads (see :data:`_MODE_RULES`), naming it
+        and the setting that rules it out. With ``context={"collect": [...]}`` the dotted paths are appended to
+        that list instead (how :func:`config_for` finds a job's settings of other modes)."""
+        found = settings_without_effect(self)
+        collect = info.context.get("collect") if isinstance(info.context, dict) else None
+        if collect is not None:
+            collect.extend(path for path, _ in found)
+        elif found:
+            raise ValueError("\n  ".join(message for _, message in found))
         return self
 
     def total_updates(self) -> int:
@@ -740,39 +750,87 @@ class TrainConfig(_Model):
         return _to_toml(self.model_dump(mode="json"))
 
 
-#: ``(section, field, what it sets)`` of the settings that only act on sampled critic answers: the K answers'
-#: rewards and their baseline, and how the answers are sampled. With ``sampling.critic_answer = "expected"`` the
-#: generative critic scores the grid's answers and trains their log-loss (tempo_rl.critic.generative), so none of
-#: them changes a run.
-_SAMPLED_ANSWER_SETTINGS: tuple[tuple[str, str, str], ...] = (
-    ("sampling", "critic_max_tokens", "the length limit of sampled answers; scored answers are not sampled"),
-    ("tempo", "error", "the error of the K sampled answers' rewards; the log-loss trains the critic instead"),
-    ("tempo", "critic_samples", "K, the sampled answers per start state; the value is exact"),
-    ("tempo", "endpoint_samples", "E, the sampled answers per endpoint; V_hat is the exact expectation"),
+#: The fields of the ``tempo`` section that every algorithm reads: the episode's step limit T, the return's range
+#: R_max and the critic's kind (which also decides whether the warm start teaches the critic's answer format)
+READ_BY_EVERY_ALGORITHM = ("max_rounds", "r_max", "critic")
+
+#: The settings that only some modes read: ``(section, fields, mode, values, applies)``. ``fields`` of ``section``
+#: act only while the dotted setting ``mode`` holds one of ``values``; ``()`` is the whole section but
+#: :data:`READ_BY_EVERY_ALGORITHM`; the rule is checked only where ``applies(config)`` (the mode it refines is on).
+_MODE_RULES: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...], Callable[[TrainConfig], bool]], ...] = (
+    ("tempo", (), "algorithm", ("tempo",), lambda c: True),
+    ("store", (), "algorithm", ("tempo",), lambda c: True),
+    ("grpo", (), "algorithm", ("grpo", "gigpo"), lambda c: True),
+    ("gigpo", (), "algorithm", ("gigpo",), lambda c: True),
+    # only the generative critic is trained (its answers' rewards) and can fail to parse
+    (
+        "tempo",
+        ("error", "unparsed_endpoint"),
+        "tempo.critic",
+        ("generative",),
+        lambda c: c.algorithm == "tempo",
+    ),
+    ("tempo", ("critic_rollouts",), "tempo.critic", ("monte_carlo",), lambda c: c.algorithm == "tempo"),
+    # a critic answering by its expectation samples nothing: no K or E answers, no answer length, no reward
+    (
+        "sampling",
+        ("critic_max_tokens",),
+        "sampling.critic_answer",
+        ("sampled", "constrained"),
+        lambda c: c.algorithm == "tempo" and c.tempo.critic == "generative",
+    ),
+    (
+        "tempo",
+        ("error", "critic_samples", "endpoint_samples"),
+        "sampling.critic_answer",
+        ("sampled", "constrained"),
+        lambda c: c.algorithm == "tempo" and c.tempo.critic == "generative",
+    ),
 )
 
+#: The settings that choose a mode (a ``--set`` of one may leave out the file's settings of the mode it leaves)
+MODE_SETTINGS = tuple(sorted({rule[2] for rule in _MODE_RULES}))
 
-def _unused_by_expected_answers(config: TrainConfig) -> list[str]:
-    """One message per setting of :data:`_SAMPLED_ANSWER_SETTINGS` given a non-default value while TEMPO's
-    generative critic answers by its expectation (``sampling.critic_answer = "expected"``)."""
-    if not (
-        config.algorithm == "tempo"
-        and config.tempo.critic == "generative"
-        and config.sampling.critic_answer == "expected"
-    ):
-        return []
-    sections: dict[str, BaseModel] = {"sampling": config.sampling, "tempo": config.tempo}
-    messages = []
-    for section, name, role in _SAMPLED_ANSWER_SETTINGS:
-        model = sections[section]
-        default = type(model).model_fields[name].default
-        value = getattr(model, name)
-        if value != default:
-            messages.append(
-                f"{section}.{name} = {value!r} has no effect with sampling.critic_answer = 'expected' ({role}): "
-                f"drop {section}.{name} (default {default!r}) or set sampling.critic_answer = 'sampled'"
+
+def _setting(config: BaseModel, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def settings_without_effect(config: TrainConfig) -> list[tuple[str, str]]:
+    """``(dotted path, message)`` of every setting given a non-default value that ``config``'s mode never reads
+    (:data:`_MODE_RULES`): e.g. ``grpo.updates`` under ``algorithm = "tempo"``, ``tempo.critic_rollouts`` under a
+    generative critic, ``tempo.critic_samples`` with ``sampling.critic_answer = "expected"``."""
+    found: dict[str, str] = {}
+    for section, names, mode, values, applies in _MODE_RULES:
+        current = _setting(config, mode)
+        if current in values or not applies(config):
+            continue
+        model = getattr(config, section)
+        fields = type(model).model_fields
+        chosen = names or tuple(
+            n for n in fields if not (section == "tempo" and n in READ_BY_EVERY_ALGORITHM)
+        )
+        for name in chosen:
+            field = fields[name]
+            default = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+            value = getattr(model, name)
+            path = f"{section}.{name}"
+            if value == default or path in found:
+                continue
+            acts = " or ".join(repr(v) for v in values)
+            found[path] = (
+                f"{path} = {_plain(value)!r} has no effect with {mode} = {current!r} (it acts with {mode} = {acts}): "
+                f"drop {path} (default {_plain(default)!r}) or set {mode} = {values[0]!r}"
             )
-    return messages
+    return list(found.items())
+
+
+def _plain(value: Any) -> Any:
+    """A setting as its TOML reads (``{...}`` for a nested model)."""
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
 # --------------------------------------------------------------------------------------------------- loading
@@ -837,34 +895,102 @@ def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str]) -> dict[s
     return out
 
 
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The table of a TOML config file.
+
+    Raises:
+        ConfigError: a directory, a missing file, invalid TOML or text that is not UTF-8 (the message says which).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(
+            f"config path {str(p)!r} is a directory; pass a .toml file to --config (e.g. one of "
+            "examples/configs/), or resume a run directory with --resume"
+        )
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist; pass an existing .toml file to --config")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); TOML files must be "
+            "UTF-8: re-save it as UTF-8"
+        ) from None
+
+
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> TrainConfig:
     """Load a TOML config (``None`` = the built-in defaults), apply overrides and validate.
+
+    A setting that the configured mode never reads (:func:`settings_without_effect`) is an error, except where an
+    override switches the mode (one of :data:`MODE_SETTINGS`: ``--set algorithm='"grpo"'`` on a TEMPO config):
+    then the file's settings of the mode it leaves are left out, as :func:`config_for` leaves them out of a job.
 
     Raises:
         ConfigError: unreadable TOML or any invalid field (the message names it).
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if p.is_dir():
-            raise ConfigError(
-                f"config path {str(p)!r} is a directory; pass a .toml file to --config (e.g. one of "
-                "examples/configs/), or resume a run directory with --resume"
+    overrides = list(overrides)
+    data = apply_overrides({} if path is None else read_config_file(path), overrides)
+    given = {".".join(parse_override(item)[0]) for item in overrides}
+    if given & set(MODE_SETTINGS):
+        data = _without(data, [p for p in _unread_settings(data) if p not in given])
+    return validate_config(data)
+
+
+def config_for(job: Mapping[str, Any], algorithm: str) -> TrainConfig:
+    """The config of one algorithm of a job, a config table that may hold the settings of several algorithms
+    (the race's holds TEMPO's and GRPO's): ``job`` with ``algorithm`` set and without the settings that algorithm
+    never reads (:func:`settings_without_effect`).
+
+    Raises:
+        ConfigError: any invalid field (the message names it).
+    """
+    data = {**job, "algorithm": algorithm}
+    return validate_config(_without(data, _unread_settings(data)))
+
+
+def configs_for(job: Mapping[str, Any], algorithms: Iterable[str]) -> dict[str, TrainConfig]:
+    """:func:`config_for` of each algorithm; a setting that none of them reads is an error naming it.
+
+    Raises:
+        ConfigError: a setting no algorithm reads, or any invalid field (the message names it).
+    """
+    algorithms = list(algorithms)
+    unread = [set(_unread_settings({**job, "algorithm": a})) for a in algorithms]
+    nobody = sorted(set.intersection(*unread)) if unread else []
+    if nobody:
+        raise ConfigError(
+            "invalid training config:\n  "
+            + "\n  ".join(
+                f"{path}: read by none of algorithm = {' / '.join(repr(a) for a in algorithms)}; drop it"
+                for path in nobody
             )
-        if not p.is_file():
-            raise ConfigError(
-                f"config file {str(p)!r} does not exist; pass an existing .toml file to --config"
-            )
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); TOML files must be "
-                "UTF-8: re-save it as UTF-8"
-            ) from None
-    return validate_config(apply_overrides(data, overrides))
+        )
+    return {a: config_for(job, a) for a in algorithms}
+
+
+def _unread_settings(data: Mapping[str, Any]) -> list[str]:
+    """The dotted paths of ``data``'s settings that its mode never reads."""
+    collect: list[str] = []
+    try:
+        TrainConfig.model_validate(dict(data), context={"collect": collect})
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from None
+    return collect
+
+
+def _without(data: Mapping[str, Any], paths: Iterable[str]) -> dict[str, Any]:
+    """A deep copy of ``data`` without the dotted ``paths`` (each then takes its default)."""
+    out: dict[str, Any] = json.loads(json.dumps(dict(data)))
+    for path in paths:
+        *tables, name = path.split(".")
+        node: Any = out
+        for part in tables:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(name, None)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- TOML output

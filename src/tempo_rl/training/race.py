@@ -2,9 +2,10 @@
 
 :func:`race` runs, in ``run_dir``:
 
-1. ``warmstart/``: the supervised warm start of ``config`` (TEMPO's config: its critic's answer-format examples
-   are part of it), saved as a backend state and evaluated (success at 0 env steps);
-2. ``tempo/`` and ``grpo/``: ``config`` with ``algorithm = "tempo"`` and ``"grpo"``, each loaded from that state
+1. ``warmstart/``: the supervised warm start of TEMPO's config (its critic's answer-format examples are part of
+   it), saved as a backend state and evaluated (success at 0 env steps);
+2. ``tempo/`` and ``grpo/``: each algorithm's config (one job's, :func:`~tempo_rl.training.config.configs_for`:
+   the settings both read are shared, ``[tempo]`` goes to TEMPO and ``[grpo]`` to GRPO), each loaded from that state
    and trained until it has used ``budget_env_steps`` env steps (``cost/env_steps``: every action sent to an env
    by training, the warm-up's episodes included; evaluation is not counted), evaluated on the same held-out
    games (``run.eval_episodes`` of ``env.eval_*``) at ``marks`` evenly spaced env-step marks; each writes its
@@ -61,18 +62,17 @@ def race_marks(budget_env_steps: int, marks: int) -> list[int]:
     return [round(budget_env_steps * k / marks) for k in range(1, marks + 1)]
 
 
-def arm_config(config: TrainConfig, algorithm: str, run_dir: Path) -> TrainConfig:
-    """``config`` as one arm of the race: its algorithm, its run folder, updates bounded by the env-step budget
-    (not by a count), no evaluation of its own (the race evaluates at its marks) and no console."""
-    return config.model_copy(
-        update={
-            "algorithm": algorithm,
-            "tempo": config.tempo.model_copy(update={"td_updates": 1_000_000}),
-            "grpo": config.grpo.model_copy(update={"updates": 1_000_000}),
-            "run": config.run.model_copy(update={"run_dir": str(run_dir), "eval_every": 0, "loggers": []}),
-        },
-        deep=True,
-    )
+def arm_config(config: TrainConfig, run_dir: Path) -> TrainConfig:
+    """``config`` as one arm of the race: its run folder, updates bounded by the env-step budget (not by a count),
+    no evaluation of its own (the race evaluates at its marks) and no console."""
+    update: dict[str, Any] = {
+        "run": config.run.model_copy(update={"run_dir": str(run_dir), "eval_every": 0, "loggers": []})
+    }
+    if config.algorithm == "tempo":
+        update["tempo"] = config.tempo.model_copy(update={"td_updates": 1_000_000})
+    else:
+        update["grpo"] = config.grpo.model_copy(update={"updates": 1_000_000})
+    return config.model_copy(update=update, deep=True)
 
 
 def close_trainer(trainer: Any) -> None:
@@ -241,7 +241,7 @@ def plot_race(result: Mapping[str, Any], path: Path) -> bool:
 
 
 def race(
-    config: TrainConfig,
+    configs: Mapping[str, TrainConfig],
     run_dir: Path,
     *,
     budget_env_steps: int,
@@ -250,19 +250,26 @@ def race(
     say: Callable[[str], None] | None = None,
     options: TrainerOptions | None = None,
 ) -> dict[str, Any]:
-    """Race TEMPO against GRPO from one warm start at equal env steps (see the module docstring); writes
-    ``summary.json`` and ``race.png`` into ``run_dir`` and returns the summary. ``options`` go to every
-    trainer of the race (the built-in race: :data:`RACE_OPTIONS`)."""
+    """Race TEMPO against GRPO from one warm start at equal env steps (see the module docstring); ``configs``
+    holds each algorithm's config (of :data:`RACE_ALGORITHMS`; :func:`~tempo_rl.training.config.configs_for`
+    builds them from one job). Writes ``summary.json`` and ``race.png`` into ``run_dir`` and returns the summary.
+    ``options`` go to every trainer of the race (the built-in race: :data:`RACE_OPTIONS`)."""
     say = say or (lambda _line: None)
     points = race_marks(budget_env_steps, marks)
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    base = config.model_copy(update={"algorithm": "tempo"})
-    say(f"warm start on {config.warmstart.episodes} expert demos (shared by both algorithms)...")
-    state, success = warm_start_state(
-        arm_config(base, "tempo", run_dir / "warmstart"), run_dir / "warmstart", options
-    )
-    base = shared_tokenizer(base, run_dir / "warmstart")
+    missing = [
+        name for name in RACE_ALGORITHMS if configs.get(name) is None or configs[name].algorithm != name
+    ]
+    if missing:
+        raise ValueError(
+            f"a race needs a config with algorithm = {', '.join(map(repr, missing))} under that key of configs; "
+            "build them with tempo_rl.training.config.configs_for(job, RACE_ALGORITHMS)"
+        )
+    warm = configs["tempo"]
+    say(f"warm start on {warm.warmstart.episodes} expert demos (shared by both algorithms)...")
+    state, success = warm_start_state(arm_config(warm, run_dir / "warmstart"), run_dir / "warmstart", options)
+    arms_config = {name: shared_tokenizer(configs[name], run_dir / "warmstart") for name in RACE_ALGORITHMS}
     say(
         f"warm start done: held-out success {success:.2f}; training TEMPO and GRPO to {budget_env_steps} env steps each..."
     )
@@ -270,7 +277,7 @@ def race(
         futures = {
             name: pool.submit(
                 run_arm,
-                arm_config(base, name, run_dir / name).model_dump_json(),
+                arm_config(arms_config[name], run_dir / name).model_dump_json(),
                 str(run_dir / name),
                 state,
                 success,
