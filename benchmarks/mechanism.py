@@ -1008,6 +1008,10 @@ def summarize(
                 "tokens_to_grpo_final": mean_se(reach)[0],
                 "seeds_reaching_grpo_final": sum(1 for r in reach if r is not None),
                 "tokens_at_budget": mean_se([per_seed[s]["tokens"] for s in seeds])[0],
+                # tokens processed per env step over the whole run (prefill + sampled + trained)
+                "tokens_per_env_step": mean_se(
+                    [per_seed[s]["tokens"] / run_steps(per_seed[s]) for s in seeds if run_steps(per_seed[s])]
+                )[0],
                 # unreadable or inadmissible actions per episode at the last evaluation (None: not recorded)
                 "invalid_actions_final_per_seed": [
                     _finite(ev[-1].get("eval/invalid_actions_mean"))
@@ -1036,9 +1040,17 @@ def summarize(
                         "env_steps": w[-1].get("env_steps") if w else None,
                         "gate": bool(w and w[-1].get("tempo/handover_at_cap") == 0.0),
                         "reading": _finite(w[-1].get("tempo/handover_reading")) if w else None,
+                        "tokens": w[-1].get("tokens") if w else None,
                     }
                     for s, w in zip(seeds, warm)
                 ]
+                # where the env steps and tokens go: the warm-up's share of the run's, and each phase's tokens
+                # per env step (the critic's Monte Carlo examples are trained in the warm-up, not played)
+                phases = [
+                    warmup_split(h, run_steps(per_seed[s]), per_seed[s]["tokens"])
+                    for s, h in zip(seeds, arm_sum["handover_per_seed"])
+                ]
+                arm_sum["warmup_split_per_seed"] = phases
                 # the last warm-up update's own correlation: None where it is undefined (every target of its
                 # batch equal, e.g. every episode lost), not an earlier update's
                 arm_sum["warmup_value_corr_last_per_seed"] = [
@@ -1191,6 +1203,28 @@ def estimate(
     return out
 
 
+def run_steps(run: Mapping[str, Any]) -> float:
+    """The env steps an arm run used: its record's ``steps``, else its curve's last env-step mark."""
+    return float(run.get("steps") or (run["curve"][-1][0] if run.get("curve") else 0.0))
+
+
+def warmup_split(handover: Mapping[str, Any], steps: float, tokens: float) -> dict[str, float | None]:
+    """The warm-up's share of a run's env steps and tokens, and the tokens per env step of the warm-up and of
+    TD: ``{"env_step_share", "token_share", "warmup_tokens_per_step", "td_tokens_per_step"}`` (None where the
+    hand-over's figures were not recorded or a phase played no env step)."""
+    w_steps, w_tokens = handover.get("env_steps"), handover.get("tokens")
+    if w_steps is None or w_tokens is None or not steps:
+        return {
+            k: None for k in ("env_step_share", "token_share", "warmup_tokens_per_step", "td_tokens_per_step")
+        }
+    return {
+        "env_step_share": w_steps / steps,
+        "token_share": w_tokens / tokens if tokens else None,
+        "warmup_tokens_per_step": w_tokens / w_steps if w_steps else None,
+        "td_tokens_per_step": (tokens - w_tokens) / (steps - w_steps) if steps > w_steps else None,
+    }
+
+
 def headline(
     summary: Mapping[str, Any], scale: Scale, wall_s: float, est: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -1217,10 +1251,16 @@ def headline(
                     "positive": f"{d['seeds_positive']}/{d['n']}",
                     "min": _round(d["min"]),
                 }
+            line[f"{env_name}/{arm}/tokens_per_env_step"] = _round(s.get("tokens_per_env_step"), 0)
             if "handover_per_seed" in s:
                 line[f"{env_name}/{arm}/handover_env_steps"] = [
                     h["env_steps"] for h in s["handover_per_seed"]
                 ]
+            if "warmup_split_per_seed" in s:
+                for k in ("env_step_share", "token_share", "warmup_tokens_per_step", "td_tokens_per_step"):
+                    line[f"{env_name}/{arm}/warmup_split/{k}"] = [
+                        _round(x[k], 0 if k.endswith("per_step") else 3) for x in s["warmup_split_per_seed"]
+                    ]
             if "warmup_value_corr_last_per_seed" in s:
                 line[f"{env_name}/{arm}/warmup_value_corr_last"] = _round(
                     s["warmup_value_corr_last_per_seed"]

@@ -590,3 +590,18 @@ def test_keydoor_rules_prompts_with_the_lock_note_fit_the_critics_budget(tmp_pat
         assert max(longest.values()) > 768  # the old budget would have dropped these states
     finally:
         mech._close(trainer)
+
+
+def test_warmup_split_is_the_warmup_share_and_each_phases_tokens_per_env_step() -> None:
+
+    split = mech.warmup_split({"env_steps": 1000.0, "tokens": 4_000_000.0}, 4000.0, 7_000_000.0)
+    # 1000 of 4000 env steps; 4M of 7M tokens; 4M / 1000 in the warm-up; (7M - 4M) / (4000 - 1000) in TD
+    assert split == {
+        "env_step_share": 0.25,
+        "token_share": pytest.approx(4 / 7),
+        "warmup_tokens_per_step": 4000.0,
+        "td_tokens_per_step": 1000.0,
+    }
+    assert set(mech.warmup_split({"env_steps": None, "tokens": None}, 4000.0, 7e6).values()) == {None}
+    assert mech.warmup_split({"env_steps": 4000.0, "tokens": 7e6}, 4000.0, 7e6)["td_tokens_per_step"] is None
+    assert mech.run_steps({"curve": [(0, 0, 0.1), (4608, 9, 0.2)]}) == 4608.0
