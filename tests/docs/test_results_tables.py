@@ -32,3 +32,20 @@ def test_the_page_prints_the_benchmarks_table(page: str, table: str) -> None:
 def test_the_table_lists_grpo_gigpo_and_tempo_with_each_critic(table: str) -> None:
     for arm in ("GRPO", "GiGPO", "TEMPO + oracle critic", "TEMPO + generative critic"):
         assert f"| {arm} |" in table
+
+
+RACE_RESULTS = ROOT / "benchmarks" / "results" / "race" / "results.json"
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_the_page_prints_the_race_on_its_seeds_as_recorded(page: str) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import race_seeds
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    line = json.loads(RACE_RESULTS.read_text())["headline"]
+    assert line["seeds"] == [0, 1, 2, 3, 4]
+    table = race_seeds.results_table(line)
+    text = (ROOT / page).read_text(encoding="utf-8")
+    assert table in text, f"{page} does not print the table of {RACE_RESULTS.relative_to(ROOT)}:\n{table}"
