@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 
-from tempo_rl.envs.arc import stub_game
+import tempo_rl.envs.arc.stub_game as stub_game
 from tempo_rl.envs.arc.adapter import ArcEnvBase
 from tempo_rl.envs.arc.frames import ArcAction, ArcFrame
 from tempo_rl.envs.arc.stub_game import HiddenRuleGame
