@@ -29,7 +29,7 @@ from tempo_rl.envs.workers import EnvWorkerPool
 from tempo_rl.rollout.renderer import ChatRenderer
 from tempo_rl.rollout.tool_call import ToolCallParser, format_tool_call
 from tempo_rl.testing.policies import ScriptedSamplerBase
-from tempo_rl.training.config import TrainConfig, apply_overrides, config_for, validate_config
+from tempo_rl.training.config import TrainConfig, apply_overrides, config_from
 from tempo_rl.training.run import env_corpus, locked_restore_branches, make_env_at_reset
 from tempo_rl.training.store import StateStore
 from tempo_rl.training.types import TrainerComponents
@@ -192,6 +192,4 @@ def scripted_components(
 def tiny_config(*overrides: str) -> TrainConfig:
     """The tiny KeyDoor config of these tests plus ``overrides``, as a config file and its ``--set`` overrides
     (an ``algorithm`` override leaves out the tiny config's TEMPO settings; see ``load_config``)."""
-    algorithm = apply_overrides({}, overrides).get("algorithm", "tempo")
-    own = config_for(apply_overrides({}, TINY), algorithm).model_dump(mode="json")
-    return validate_config(apply_overrides(own, overrides))
+    return config_from(apply_overrides({}, TINY), overrides)

@@ -62,6 +62,7 @@ __all__ = [
     "WorkersConfig",
     "apply_overrides",
     "config_for",
+    "config_from",
     "configs_for",
     "load_config",
     "parse_override",
@@ -930,8 +931,17 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
     Raises:
         ConfigError: unreadable TOML or any invalid field (the message names it).
     """
+    return config_from({} if path is None else read_config_file(path), overrides)
+
+
+def config_from(data: Mapping[str, Any], overrides: Iterable[str] = ()) -> TrainConfig:
+    """:func:`load_config` of a config table already read: ``data`` as the file, then ``overrides``.
+
+    Raises:
+        ConfigError: any invalid field (the message names it).
+    """
     overrides = list(overrides)
-    data = apply_overrides({} if path is None else read_config_file(path), overrides)
+    data = apply_overrides(data, overrides)
     given = {".".join(parse_override(item)[0]) for item in overrides}
     if given & set(MODE_SETTINGS):
         data = _without(data, [p for p in _unread_settings(data) if p not in given])
