@@ -34,7 +34,10 @@ Arms (``ARMS``):
   fresh episodes passes the hand-over gate (``tempo.handover_corr``), at the latest after the env steps of
   ``Scale.warmup_updates`` updates of ``Scale.warmup_games`` games;
 * ``generative_critic_only``: the ablation, a fixed critic-only warm-up of ``Scale.warmup_updates`` updates of
-  ``Scale.warmup_games`` games while the actor waits.
+  ``Scale.warmup_games`` games while the actor waits;
+* ``generative_no_note`` (``keydoor_rule`` only): the generative arm without the env's critic-only note
+  (``state_note = False``): the critic reads the last turn and the observation, as the actor does, and nothing
+  else. It starts from the same warm start.
 
 After a generative arm's warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the
 critic's own values on held-out games' states against their single returns and against the policy's values
@@ -165,11 +168,14 @@ ARMS: dict[str, dict[str, Any]] = {
     "generative": {"algorithm": "tempo", "critic": "generative"},
     # the ablation: the critic-only warm-up of a fixed length (the actor waits for TD)
     "generative_critic_only": {"algorithm": "tempo", "critic": "generative", "critic_only_warmup": True},
+    # keydoor_rule's generative arm without the env's critic-only note: the critic reads what the actor reads
+    "generative_no_note": {"algorithm": "tempo", "critic": "generative", "env_kwargs": {"state_note": False}},
     "gigpo": {"algorithm": "gigpo"},
 }
 
-_ALL = tuple(ARMS)
-_NO_PC = tuple(a for a in ARMS if a != "oracle_pc")
+#: the arms of an env without keydoor_rule's note (the no-note arm would be the generative arm again)
+_ALL = tuple(a for a in ARMS if a != "generative_no_note")
+_NO_PC = tuple(a for a in _ALL if a != "oracle_pc")
 #: knights' arms: its oracle is 1 from almost every state (16 steps leave room to remove and re-place pieces), so
 #: a noisy oracle has nothing to degrade; the flipped arms stay available with ``--arms``
 _KNIGHTS_ARMS = ("grpo", "gigpo", "oracle", "mc", "generative")
@@ -383,7 +389,7 @@ def make_config(
         {
             "env": {
                 "name": env.name,
-                "kwargs": dict(env.kwargs),
+                "kwargs": {**env.kwargs, **spec.get("env_kwargs", {})},
                 "train_seed_start": 10_000 * (seed + 1),
             },
             "backend": {
@@ -1293,6 +1299,7 @@ _COLOURS = {
     "oracle_flip30": "tab:pink",
     "mc": "tab:green",
     "generative": "tab:orange",
+    "generative_no_note": "tab:red",
 }
 
 
@@ -1366,6 +1373,7 @@ ARM_LABELS = {
     "mc": "TEMPO + Monte Carlo critic",
     "generative": "TEMPO + generative critic",
     "generative_critic_only": "TEMPO + generative, critic-only warm-up",
+    "generative_no_note": "TEMPO + generative, no critic note",
 }
 
 

@@ -234,8 +234,23 @@ def test_mechanism_benchmark_quick_writes_results_and_one_json_line(tmp_path: Pa
     }
 
 
+def test_the_no_note_arm_is_the_generative_arm_with_the_critics_note_off(tmp_path: Path) -> None:
+    rule = mech.ENVS["keydoor_rule"]
+    gen, bare = (
+        mech.make_config(rule, mech.FULL, 0, a, tmp_path / a, tmp_path / "tok")
+        for a in ("generative", "generative_no_note")
+    )
+    assert gen.env.kwargs["state_note"] is True and bare.env.kwargs["state_note"] is False
+    assert {**bare.env.kwargs, "state_note": True} == gen.env.kwargs
+    paths = {"run": {"run_dir"}, "backend": {"state_dir"}, "env": {"kwargs"}}
+    assert bare.model_dump(exclude=paths) == gen.model_dump(exclude=paths)
+    assert mech.make_options(rule, "generative_no_note") == mech.make_options(rule, "generative")
+    # an env without the note has no such arm: it would be the generative arm again
+    assert "generative_no_note" not in mech.ENVS["keydoor"].arms and "generative_no_note" in rule.arms
+
+
 def test_the_default_plan_and_the_order_its_arm_runs_are_submitted_in() -> None:
-    """The default plan fits the 2-hour bar: ``keydoor_rule`` with every arm (prefix correction included: its
+    """The default plan: ``keydoor_rule`` with every arm (prefix correction included: its
     stored states are restored with older policies' prefixes), knights without the flipped oracles (its oracle is
     1 almost everywhere); ``keydoor`` with the sign only on request. The generative arm, the longest, goes first."""
     assert mech.FULL.envs == ("keydoor_rule", "knights")
