@@ -7,6 +7,12 @@ Seed ``s`` is the race with ``run.seed = s``, ``backend.seed = s`` (the model's 
 in a process of its own (its two algorithms side by side, one per core), one seed after the other, so that
 each race's wall time is what a user sees.
 
+Per seed it also reads where TEMPO's TD signal went (:func:`td_signal`, from the TEMPO run's ``metrics.jsonl``):
+the spread of the TD targets G over the start states of an update (``actor/value_target_std``: 0 means every
+start got the same target and the update's group advantages carry no difference between states), the mean
+target, the macro-step index of the stored states TD restarted from, and the share of TD branches whose episode
+ended inside their segment (the only place an outcome's reward enters a TD target).
+
 Usage: ``python benchmarks/race_seeds.py [--seeds 0 1 2 3 4] [--out benchmarks/results/race]
 [--work runs/race-seeds]``; ``--from-results FILE`` recomputes the line and the table from a results.json.
 """
@@ -56,6 +62,52 @@ def seed_record(summary: Mapping[str, Any], wall_s: float) -> dict[str, Any]:
     }
 
 
+def td_signal(metrics_jsonl: Path) -> dict[str, float | int | None]:
+    """Where one TEMPO run's TD signal went, from its ``metrics.jsonl`` (the updates with ``train/phase`` = 1):
+
+    * ``td_updates``;
+    * ``target_std_first`` / ``target_std_last``: the mean of ``actor/value_target_std`` (the TD targets' spread
+      across the update's start states) over the first and the last quarter of the TD updates (at least one);
+    * ``target_mean_last``: the mean of ``actor/value_target_mean`` over the last quarter;
+    * ``stored_macro_index``: the mean macro-step index of the restored start states,
+      ``sum(macro_index_mean x starts) / sum(restored starts)`` (fresh starts are index 0);
+    * ``episode_end_share``: the mean over TD updates of the share of branches that ended their episode inside
+      the segment (``actor/terminated_rate + actor/max_rounds_rate``).
+
+    None where the run has no TD update."""
+    rows = [json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()]
+    td = [r for r in rows if r.get("train/phase") == 1.0]
+    if not td:
+        return dict.fromkeys(
+            (
+                "td_updates",
+                "target_std_first",
+                "target_std_last",
+                "target_mean_last",
+                "stored_macro_index",
+                "episode_end_share",
+            ),
+            None,
+        ) | {"td_updates": 0}
+    q = max(1, len(td) // 4)
+
+    def mean(xs: Sequence[Mapping[str, Any]], key: str) -> float:
+        return statistics.fmean(float(r[key]) for r in xs)
+
+    starts = [r["td/reused_states"] + r["td/fresh_states"] for r in td]
+    restored = sum(r["td/reused_states"] for r in td)
+    index_sum = sum(r["td/macro_index_mean"] * n for r, n in zip(td, starts))
+    ends = [r["actor/terminated_rate"] + r["actor/max_rounds_rate"] for r in td]
+    return {
+        "td_updates": len(td),
+        "target_std_first": mean(td[:q], "actor/value_target_std"),
+        "target_std_last": mean(td[-q:], "actor/value_target_std"),
+        "target_mean_last": mean(td[-q:], "actor/value_target_mean"),
+        "stored_macro_index": index_sum / restored if restored else None,
+        "episode_end_share": statistics.fmean(ends),
+    }
+
+
 def spread(xs: Sequence[float]) -> dict[str, float]:
     """``{"min", "median", "max"}`` of ``xs``."""
     return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
@@ -101,6 +153,25 @@ def results_table(line: Mapping[str, Any]) -> str:
     )
 
 
+def td_signal_table(per_seed: Mapping[str, Mapping[str, Any]]) -> str:
+    """The Markdown table of :func:`td_signal` per seed, beside TEMPO - GRPO at the final mark."""
+    rows = [
+        "| seed | TEMPO - GRPO, final | TD target spread, first / last quarter | mean TD target, last quarter "
+        "| restored start's macro-step index | TD branches that end their episode |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in sorted(per_seed, key=int):
+        rec, sig = per_seed[s], per_seed[s].get("td_signal") or {}
+        if not sig.get("td_updates"):
+            rows.append(f"| {s} | {rec['tempo_minus_grpo']:+.2f} | no TD update | | | |")
+            continue
+        rows.append(
+            f"| {s} | {rec['tempo_minus_grpo']:+.2f} | {sig['target_std_first']:.2f} / {sig['target_std_last']:.2f} "
+            f"| {sig['target_mean_last']:.2f} | {sig['stored_macro_index']:.1f} | {sig['episode_end_share']:.0%} |"
+        )
+    return "\n".join(rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4])
@@ -122,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             subprocess.run(race_command(seed, run_dir), check=True)
             summary = json.loads((run_dir / "summary.json").read_text())
             per_seed[str(seed)] = seed_record(summary, time.perf_counter() - t0)
+            per_seed[str(seed)]["td_signal"] = td_signal(run_dir / "tempo" / "metrics.jsonl")
         results = {
             "command": " ".join(
                 ["python", "benchmarks/race_seeds.py", *(argv if argv is not None else sys.argv[1:])]
@@ -133,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     print(results_table(results["headline"]))
+    if all("td_signal" in r for r in results["per_seed"].values()):
+        print(td_signal_table(results["per_seed"]))
     print(json.dumps(results["headline"]))
     return 0
 

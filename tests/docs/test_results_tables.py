@@ -49,3 +49,14 @@ def test_the_page_prints_the_race_on_its_seeds_as_recorded(page: str) -> None:
     table = race_seeds.results_table(line)
     text = (ROOT / page).read_text(encoding="utf-8")
     assert table in text, f"{page} does not print the table of {RACE_RESULTS.relative_to(ROOT)}:\n{table}"
+
+
+def test_the_results_page_prints_where_the_races_td_signal_went() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import race_seeds
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    per_seed = json.loads(RACE_RESULTS.read_text())["per_seed"]
+    table = race_seeds.td_signal_table(per_seed)
+    assert table in (ROOT / "docs" / "results.md").read_text(encoding="utf-8"), table

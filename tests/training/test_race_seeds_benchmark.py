@@ -39,3 +39,44 @@ def test_race_command_sets_the_seeds_the_mechanism_benchmark_uses() -> None:
     cmd = rs.race_command(3, Path("runs/x"))
     assert cmd[1:4] == ["-m", "tempo_rl.cli", "race"]
     assert "run.seed=3" in cmd and "backend.seed=3" in cmd and "env.train_seed_start=40000" in cmd
+
+
+def test_td_signal_reads_the_tempo_runs_td_updates_by_hand(tmp_path: Path) -> None:
+    import json
+
+    def td(std: float, mean: float, index: float, reused: int, ended: float) -> dict[str, float]:
+        return {
+            "train/phase": 1.0,
+            "actor/value_target_std": std,
+            "actor/value_target_mean": mean,
+            "td/macro_index_mean": index,
+            "td/reused_states": reused,
+            "td/fresh_states": 4 - reused,
+            "actor/terminated_rate": ended,
+            "actor/max_rounds_rate": ended / 2,
+        }
+
+    rows = [
+        {"train/phase": 0.0, "actor/value_target_std": 9.0},  # a warm-up update: not TD
+        td(0.4, 0.5, 1.0, 2, 0.0),
+        td(0.2, 0.5, 0.5, 2, 0.2),
+        td(0.1, 0.3, 2.0, 4, 0.0),
+        td(0.0, 0.9, 0.0, 0, 0.4),
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    got = rs.td_signal(path)
+    # 4 TD updates: a quarter is 1 update; restored starts 2 + 2 + 4 + 0 = 8 carry index sum 4 + 2 + 8 + 0 = 14
+    assert got["td_updates"] == 4
+    assert got["target_std_first"] == 0.4 and got["target_std_last"] == 0.0 and got["target_mean_last"] == 0.9
+    assert got["stored_macro_index"] == 14 / 8
+    assert abs(got["episode_end_share"] - (0.0 + 0.3 + 0.0 + 0.6) / 4) < 1e-12
+    path.write_text(json.dumps(rows[0]) + "\n")
+    assert rs.td_signal(path) == {
+        "td_updates": 0,
+        "target_std_first": None,
+        "target_std_last": None,
+        "target_mean_last": None,
+        "stored_macro_index": None,
+        "episode_end_share": None,
+    }
