@@ -60,3 +60,17 @@ def test_the_results_page_prints_where_the_races_td_signal_went() -> None:
     per_seed = json.loads(RACE_RESULTS.read_text())["per_seed"]
     table = race_seeds.td_signal_table(per_seed)
     assert table in (ROOT / "docs" / "results.md").read_text(encoding="utf-8"), table
+
+
+def test_the_results_page_prints_the_arm_without_the_critics_note_as_recorded() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import mechanism
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    path = ROOT / "benchmarks" / "results" / "mechanism-no-note" / "results.json"
+    table = mechanism.results_table(json.loads(path.read_text())["summary"]["keydoor_rule"])
+    row = next(
+        line for line in table.splitlines() if line.startswith("| TEMPO + generative, no critic note |")
+    )
+    assert row in (ROOT / "docs" / "results.md").read_text(encoding="utf-8"), row
