@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,13 +14,18 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "mechanism" / "results.json"
 
 
-@pytest.fixture(scope="module")
-def table() -> str:
+def _benchmark(name: str) -> Any:
+    """The module ``benchmarks/<name>.py``."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        import mechanism
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+
+
+@pytest.fixture(scope="module")
+def table() -> str:
+    mechanism = _benchmark("mechanism")
     summary = json.loads(RESULTS.read_text())["summary"]
     return mechanism.results_table(summary["keydoor_rule"])
 
@@ -39,11 +46,7 @@ RACE_RESULTS = ROOT / "benchmarks" / "results" / "race" / "results.json"
 
 @pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
 def test_the_page_prints_the_race_on_its_seeds_as_recorded(page: str) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import race_seeds
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    race_seeds = _benchmark("race_seeds")
     line = json.loads(RACE_RESULTS.read_text())["headline"]
     assert line["seeds"] == [0, 1, 2, 3, 4]
     table = race_seeds.results_table(line)
@@ -52,22 +55,14 @@ def test_the_page_prints_the_race_on_its_seeds_as_recorded(page: str) -> None:
 
 
 def test_the_results_page_prints_where_the_races_td_signal_went() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import race_seeds
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    race_seeds = _benchmark("race_seeds")
     per_seed = json.loads(RACE_RESULTS.read_text())["per_seed"]
     table = race_seeds.td_signal_table(per_seed)
     assert table in (ROOT / "docs" / "results.md").read_text(encoding="utf-8"), table
 
 
 def test_the_results_page_prints_the_arm_without_the_critics_note_as_recorded() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import mechanism
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    mechanism = _benchmark("mechanism")
     path = ROOT / "benchmarks" / "results" / "mechanism-no-note" / "results.json"
     table = mechanism.results_table(json.loads(path.read_text())["summary"]["keydoor_rule"])
     row = next(
