@@ -24,7 +24,10 @@ Model: SmolLM2-135M-Instruct from the model cache (``tempo-rl model fetch smollm
    + ``optim_step`` over B datums of 256 tokens. B is 1 and the trainer's batch, ``N * K = 8`` (the job's
    largest sampling batch: K critic samples on each of N branches). The bound of decoding at batch B is
    ``B * bandwidth / weight_bytes`` tokens/s (every decode step reads every weight once); ``*_of_bound`` is
-   the measured rate over it (target at the trainer's batch: >= 0.5).
+   the measured rate over it (target at the trainer's batch: >= 0.5). ``products_tokens_per_s_b{B}``: the
+   decode step's matrix products alone (every ``Linear`` weight once, on a ``[B, in]`` input, nothing else):
+   the ceiling the machine's matrix-product kernels set at batch B; ``products_of_bound_b{B}`` is that
+   ceiling over the bandwidth bound and ``decode_of_products_b{B}`` the decoding rate over the ceiling.
 4. **Profile** (``profile_decode_top``): ``torch.profiler`` of decoding at the trainer's batch in float32, the
    eight (operator, input shapes) pairs with the most self time, as percentages of the profiled time.
 
@@ -316,6 +319,31 @@ def decode_rates(training: Any, prompt: list[int], batch: int, tokens: int, sync
     return batch * (tokens - 1) / max(full - one, 1e-9), batch * tokens / full
 
 
+def products_rate(model: Any, batch: int, sync: Callable[[], None], repeats: int = 5) -> float:
+    """Tokens per second of a decode step's matrix products alone: ``F.linear`` of a ``[batch, in]`` input with
+    every ``Linear`` weight of ``model`` in module order (the projections, the LoRA adapters, the output layer),
+    nothing else; the best of ``repeats`` passes. The ceiling that the machine's matrix-product kernels put on
+    decoding at this batch, beside the bandwidth bound that assumes the weights stream at copy speed."""
+    import torch
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {  # the adapters may keep float32 beside half-precision base weights
+        (m.in_features, m.weight.dtype): torch.randn(
+            batch, m.in_features, dtype=m.weight.dtype, device=m.weight.device
+        )
+        for m in linears
+    }
+
+    def step() -> None:
+        with torch.no_grad():
+            for m in linears:
+                torch.nn.functional.linear(inputs[m.in_features, m.weight.dtype], m.weight)
+
+    step()
+    sync()
+    return batch / min(timed(step, sync) for _ in range(repeats))
+
+
 def train_rate(training: Any, batch: int, length: int, sync: Callable[[], None]) -> float:
     """Model-input tokens per second of ``forward_backward`` + ``optim_step`` over ``batch`` datums."""
     import numpy as np
@@ -462,6 +490,10 @@ def main() -> None:
             out[f"{dtype}_sampled_tokens_per_s_b{b}"] = round(whole, 2)
             out[f"{dtype}_decode_bound_tokens_per_s_b{b}"] = round(bound, 2)
             out[f"{dtype}_decode_of_bound_b{b}"] = float(f"{decode / bound:.4g}")
+            products = products_rate(training.model, b, sync)
+            out[f"{dtype}_products_tokens_per_s_b{b}"] = round(products, 2)
+            out[f"{dtype}_products_of_bound_b{b}"] = float(f"{products / bound:.4g}")
+            out[f"{dtype}_decode_of_products_b{b}"] = float(f"{decode / products:.4g}")
             out[f"{dtype}_trained_tokens_per_s_b{b}"] = round(train_rate(training, b, train_len, sync), 2)
         if dtype == "float32":
             out["weight_bytes"] = weights

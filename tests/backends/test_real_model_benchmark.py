@@ -36,5 +36,11 @@ def test_real_model_benchmark_quick_on_a_tiny_checkpoint(tokenizer: Any, tmp_pat
             bound = figures[f"{dtype}_decode_bound_tokens_per_s_b{b}"]
             ratio = figures[f"{dtype}_decode_of_bound_b{b}"]
             assert ratio == pytest.approx(figures[f"{dtype}_decode_tokens_per_s_b{b}"] / bound, rel=1e-2)
+            products = figures[f"{dtype}_products_tokens_per_s_b{b}"]
+            assert products > 0
+            assert figures[f"{dtype}_products_of_bound_b{b}"] == pytest.approx(products / bound, rel=1e-2)
+            assert figures[f"{dtype}_decode_of_products_b{b}"] == pytest.approx(
+                figures[f"{dtype}_decode_tokens_per_s_b{b}"] / products, rel=1e-2
+            )
     assert figures["job_live_snapshots_max"] <= 2  # LoRA: only adapters are ever copied
     assert len(figures["profile_decode_top"]) >= 5 and isinstance(figures["peak_within_target"], bool)
