@@ -61,21 +61,16 @@ def test_the_results_page_prints_where_the_races_td_signal_went() -> None:
     assert table in (ROOT / "docs" / "results.md").read_text(encoding="utf-8"), table
 
 
-def test_the_results_page_prints_the_critic_only_ablation_as_recorded() -> None:
+@pytest.mark.parametrize(
+    ("folder", "arm"),
+    [
+        ("mechanism-critic-only", "TEMPO + generative, critic-only warm-up"),
+        ("mechanism-no-note", "TEMPO + generative, no critic note"),
+    ],
+)
+def test_the_results_page_prints_a_recorded_extra_arm(folder: str, arm: str) -> None:
     mechanism = _benchmark("mechanism")
-    path = ROOT / "benchmarks" / "results" / "mechanism-critic-only" / "results.json"
+    path = ROOT / "benchmarks" / "results" / folder / "results.json"
     table = mechanism.results_table(json.loads(path.read_text())["summary"]["keydoor_rule"])
-    row = next(
-        line for line in table.splitlines() if line.startswith("| TEMPO + generative, critic-only warm-up |")
-    )
-    assert row in (ROOT / "docs" / "results.md").read_text(encoding="utf-8"), row
-
-
-def test_the_results_page_prints_the_arm_without_the_critics_note_as_recorded() -> None:
-    mechanism = _benchmark("mechanism")
-    path = ROOT / "benchmarks" / "results" / "mechanism-no-note" / "results.json"
-    table = mechanism.results_table(json.loads(path.read_text())["summary"]["keydoor_rule"])
-    row = next(
-        line for line in table.splitlines() if line.startswith("| TEMPO + generative, no critic note |")
-    )
+    row = next(line for line in table.splitlines() if line.startswith(f"| {arm} |"))
     assert row in (ROOT / "docs" / "results.md").read_text(encoding="utf-8"), row
