@@ -234,30 +234,25 @@ def probe_rollouts(env: EnvSetting, scale: Scale) -> int:
     return scale.probe_rollouts if env.probe_rollouts is None else env.probe_rollouts
 
 
-def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSetting:
-    """``keydoor_rule`` from a ``keydoor`` setting: the same corridor, but both locks need the blue key in every
-    game (the signs show it), and the shared warm start imitates demonstrations whose locks are drawn apart from
-    their signs (random key choices): a rule the 2-layer model can represent (a preference, no attention
-    circuit), learnt from reward alone. Evaluated at the sampling temperature, 1.0: the success of the policy
-    RL trains: a near-greedy evaluation measures another policy (its argmax at a lock can be ``go on``, a choice
-    V* does not price until the spare steps run out).
+def learnt_rule(
+    setting: EnvSetting, rule: Mapping[str, Any], demo: Mapping[str, Any], demo_episodes: int | None = None
+) -> EnvSetting:
+    """A setting whose winning choice follows a rule the same in every game (``rule``, over the setting's
+    kwargs, with the env's critic-only note on), while the shared warm start imitates demonstrations where that
+    choice is drawn at random (``demo``): a preference the 2-layer model can represent (no attention circuit),
+    learnt from reward alone. Evaluated at the sampling temperature, 1.0: the success of the policy RL trains
+    (a near-greedy evaluation measures another policy).
 
-    Its warm start imitates ``demo_episodes`` = 256 distinct demo games (with the scale's 96 the warm-started
-    actor wasted up to 28 steps an episode on inadmissible actions; the walk has 6 spare steps), and cools its
-    step size down over its last epoch (the demos leave the key colour undecided, so without the cool-down the
-    preference ends where the last Adam steps leave it). Reward stays only at the exit: no invalid-action
-    penalty. Its generative critic steps at 3e-3 and reads the last turn only, as knights' does.
-
-    The env gives the critic its note (``state_note``; the actor never reads it): whether the keys carried and
-    the key rooms left still fit every lock, and the spare steps (the steps left less the fewest that reach the
-    exit; "unreachable" once they run out). It states relations the critic's input implies but the 2-layer
-    critic does not learn to compute from a few dozen warm-up episodes.
+    The warm start imitates ``demo_episodes`` distinct demo games and cools its step size down over its last
+    epoch (the demos leave the choice undecided, so without the cool-down the preference ends where the last
+    Adam steps leave it). Reward stays only at the end: no invalid-action penalty. The generative critic steps
+    at 3e-3 and reads the last turn only, as knights' does.
     """
     return replace(
         setting,
-        kwargs={**setting.kwargs, "lock_colour": "blue", "state_note": True},
+        kwargs={**setting.kwargs, **rule, "state_note": True},
         arms=tuple(ARMS),
-        demo_kwargs={"lock_colour": "independent"},
+        demo_kwargs=dict(demo),
         eval_temperature=1.0,
         demo_episodes=demo_episodes,
         critic_learning_rate=3e-3,
@@ -266,12 +261,46 @@ def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSe
     )
 
 
+def keydoor_rule(setting: EnvSetting, demo_episodes: int | None = None) -> EnvSetting:
+    """``keydoor_rule`` from a ``keydoor`` setting (:func:`learnt_rule`): the same corridor, but both locks need
+    the blue key in every game (the signs show it), and the demonstrations' locks are drawn apart from their
+    signs (random key choices). Evaluated at 1.0: a near-greedy evaluation's argmax at a lock can be ``go on``,
+    a choice V* does not price until the spare steps run out.
+
+    Its warm start imitates ``demo_episodes`` = 256 distinct demo games (with the scale's 96 the warm-started
+    actor wasted up to 28 steps an episode on inadmissible actions; the walk has 6 spare steps).
+
+    The env gives the critic its note (``state_note``; the actor never reads it): whether the keys carried and
+    the key rooms left still fit every lock, and the spare steps (the steps left less the fewest that reach the
+    exit; "unreachable" once they run out). It states relations the critic's input implies but the 2-layer
+    critic does not learn to compute from a few dozen warm-up episodes.
+    """
+    return learnt_rule(setting, {"lock_colour": "blue"}, {"lock_colour": "independent"}, demo_episodes)
+
+
 ENVS["keydoor_rule"] = keydoor_rule(ENVS["keydoor"], demo_episodes=256)
 QUICK_ENVS["keydoor_rule"] = keydoor_rule(QUICK_ENVS["keydoor"])
 
+#: ``crossings_rule``: a trail of T = 48 rounds (42 rooms), H = 8, with 4 rivers; at every river of every game
+#: the bridge is quick and the ford a 4-room detour, so one slow way leaves 2 spare steps and a second loses;
+#: the only reward is 1 at the camp. The demonstrations' quick ways are drawn per river (``quick = "random"``),
+#: so the warm start clones no preference; a coin toss at each river wins 5 games in 16. The critic's note:
+#: the spare steps and the rivers ahead (:meth:`~tempo_rl.envs.crossings.CrossingsEnv.spare_note`).
+ENVS["crossings_rule"] = learnt_rule(
+    EnvSetting("crossings", {"horizon": 48, "crossings": 4, "detour": 4}, 48, 8, ()),
+    {"quick": "bridge"},
+    {"quick": "random"},
+    demo_episodes=256,
+)
+QUICK_ENVS["crossings_rule"] = learnt_rule(
+    EnvSetting("crossings", {"horizon": 16, "crossings": 2, "detour": 2}, 16, 4, ()),
+    {"quick": "bridge"},
+    {"quick": "random"},
+)
+
 FULL = Scale(
     seeds=(0, 1, 2, 3, 4),
-    envs=("keydoor_rule", "knights"),
+    envs=("keydoor_rule", "crossings_rule"),
     budget_steps=4608,
     eval_points=6,
     eval_episodes=32,

@@ -7,6 +7,7 @@ Write an adapter by subclassing :class:`ReplayableEnv` (``reset(seed)`` and ``st
 live copies. See ``docs/environments.md``.
 
 Built-in names: ``knights`` (:mod:`tempo_rl.envs.knights`), ``keydoor`` (:mod:`tempo_rl.envs.keydoor`),
+``crossings`` (:mod:`tempo_rl.envs.crossings`),
 ``textworld`` (:mod:`tempo_rl.envs.textworld_adapter`, needs the ``alfworld`` extra) and ``gymnasium``
 (:mod:`tempo_rl.envs.gymnasium_adapter`, needs the ``gymnasium`` extra). Importing this package imports
 neither TextWorld nor Gymnasium.

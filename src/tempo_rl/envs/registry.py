@@ -41,6 +41,7 @@ EnvFactory = Callable[..., ReplayableEnv]
 _REGISTRY: dict[str, EnvFactory | str] = {
     "knights": "tempo_rl.envs.knights:KnightsEnv",
     "keydoor": "tempo_rl.envs.keydoor:KeyDoorEnv",
+    "crossings": "tempo_rl.envs.crossings:CrossingsEnv",
     "textworld": "tempo_rl.envs.textworld_adapter:TextWorldEnv",
     "gymnasium": "tempo_rl.envs.gymnasium_adapter:GymnasiumEnv",
     "alfworld": "tempo_rl.envs.alfworld.env:AlfworldEnv",
