@@ -6,7 +6,7 @@ compare pairwise per seed), on the local backend, until it has used the same bud
 (``cost/env_steps``: every action sent to an env by training rollouts, the Monte Carlo critic's rollouts and the
 warm-up's episodes included; evaluation is not counted).
 
-Envs (``ENVS``; the default plan, ``FULL.envs``, runs ``keydoor_rule`` and ``knights``):
+Envs (``ENVS``; the default plan, ``FULL.envs``, runs ``keydoor_rule`` and ``crossings_rule``):
 
 * ``keydoor_rule``: a corridor of T = 48 rounds, H = 8 (6 macro-steps), 2 key rooms of 2 colours; both locks need
   the blue key in every game, the first lock is 8 rooms after the last key room and the only reward is 1 at the
@@ -15,9 +15,14 @@ Envs (``ENVS``; the default plan, ``FULL.envs``, runs ``keydoor_rule`` and ``kni
   the sampling temperature (1.0). Its critic reads the env's critic-only note (``state_note``): whether the keys
   carried and the key rooms left still fit every lock, and the spare steps (the steps left less the fewest that
   reach the exit; "unreachable" once they run out);
-* ``knights``: place 3 pieces on a 5x5 board with 2 fixed within 16 steps, the verdict only when all 3 are
-  placed; H = 2; actor and evaluation at 0.5 from a warm start on 512 demo games; the critic reads the pairs of
-  pieces that conflict now (``Observation.privileged_state``);
+* ``crossings_rule``: a trail of T = 48 rounds (42 rooms), H = 8, with 4 rivers; at every river of every game
+  the bridge is quick and the ford a 4-room detour, so one slow way leaves 2 spare steps and a second loses the
+  episode, silently; the only reward is 1 at the camp. The warm start imitates 256 demonstration games whose
+  quick ways are drawn per river (no preference to clone). Evaluated at 1.0. Its critic reads the env's note:
+  the spare steps and the rivers ahead;
+* ``knights`` (with ``--envs knights``): place 3 pieces on a 5x5 board with 2 fixed within 16 steps, the
+  verdict only when all 3 are placed; H = 2; actor and evaluation at 0.5 from a warm start on 512 demo games; the
+  critic reads the pairs of pieces that conflict now (``Observation.privileged_state``);
 * ``keydoor``: the signed corridor (the key to take is shown by a sign), with ``--envs keydoor``.
 
 Arms (``ARMS``):
@@ -35,9 +40,9 @@ Arms (``ARMS``):
   ``Scale.warmup_updates`` updates of ``Scale.warmup_games`` games;
 * ``generative_critic_only``: the ablation, a fixed critic-only warm-up of ``Scale.warmup_updates`` updates of
   ``Scale.warmup_games`` games while the actor waits;
-* ``generative_no_note`` (``keydoor_rule`` only): the generative arm without the env's critic-only note
-  (``state_note = False``): the critic reads the last turn and the observation, as the actor does, and nothing
-  else. It starts from the same warm start.
+* ``generative_no_note`` (the envs with a note: ``keydoor_rule``, ``crossings_rule``): the generative arm
+  without the env's critic-only note (``state_note = False``): the critic reads the last turn and the
+  observation, as the actor does, and nothing else. It starts from the same warm start.
 
 After a generative arm's warm-up a value probe (:func:`value_probe`, not counted in the budget) scores the
 critic's own values on held-out games' states against their single returns and against the policy's values
@@ -168,12 +173,12 @@ ARMS: dict[str, dict[str, Any]] = {
     "generative": {"algorithm": "tempo", "critic": "generative"},
     # the ablation: the critic-only warm-up of a fixed length (the actor waits for TD)
     "generative_critic_only": {"algorithm": "tempo", "critic": "generative", "critic_only_warmup": True},
-    # keydoor_rule's generative arm without the env's critic-only note: the critic reads what the actor reads
+    # the generative arm without the env's critic-only note: the critic reads what the actor reads
     "generative_no_note": {"algorithm": "tempo", "critic": "generative", "env_kwargs": {"state_note": False}},
     "gigpo": {"algorithm": "gigpo"},
 }
 
-#: the arms of an env without keydoor_rule's note (the no-note arm would be the generative arm again)
+#: the arms of an env without a critic-only note (the no-note arm would be the generative arm again)
 _ALL = tuple(a for a in ARMS if a != "generative_no_note")
 _NO_PC = tuple(a for a in _ALL if a != "oracle_pc")
 #: knights' arms: its oracle is 1 from almost every state (16 steps leave room to remove and re-place pieces), so

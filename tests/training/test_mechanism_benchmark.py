@@ -250,11 +250,12 @@ def test_the_no_note_arm_is_the_generative_arm_with_the_critics_note_off(tmp_pat
 
 
 def test_the_default_plan_and_the_order_its_arm_runs_are_submitted_in() -> None:
-    """The default plan: ``keydoor_rule`` with every arm (prefix correction included: its
-    stored states are restored with older policies' prefixes), knights without the flipped oracles (its oracle is
-    1 almost everywhere); ``keydoor`` with the sign only on request. The generative arm, the longest, goes first."""
-    assert mech.FULL.envs == ("keydoor_rule", "knights")
-    assert mech.ENVS["keydoor_rule"].arms == tuple(mech.ARMS)
+    """The default plan: ``keydoor_rule`` and ``crossings_rule`` with every arm (prefix correction included: their
+    stored states are restored with older policies' prefixes); knights without the flipped oracles (its oracle is
+    1 almost everywhere) and ``keydoor`` with the sign only on request. The generative arm, the longest, goes
+    first."""
+    assert mech.FULL.envs == ("keydoor_rule", "crossings_rule")
+    assert mech.ENVS["keydoor_rule"].arms == mech.ENVS["crossings_rule"].arms == tuple(mech.ARMS)
     assert mech.ENVS["knights"].arms == ("grpo", "gigpo", "oracle", "mc", "generative")
     assert "oracle_pc" in mech.ENVS["keydoor"].arms
     tasks = [("knights", 3, a) for a in mech.ENVS["knights"].arms]
