@@ -74,3 +74,12 @@ def test_the_results_page_prints_a_recorded_extra_arm(folder: str, arm: str) -> 
     table = mechanism.results_table(json.loads(path.read_text())["summary"]["keydoor_rule"])
     row = next(line for line in table.splitlines() if line.startswith(f"| {arm} |"))
     assert row in (ROOT / "docs" / "results.md").read_text(encoding="utf-8"), row
+
+
+def test_the_results_page_prints_the_second_envs_table() -> None:
+    mechanism = _benchmark("mechanism")
+    path = ROOT / "benchmarks" / "results" / "mechanism-crossings" / "results.json"
+    table = mechanism.results_table(json.loads(path.read_text())["summary"]["crossings_rule"])
+    for arm in ("GRPO", "GiGPO", "TEMPO + oracle critic", "TEMPO + generative critic"):
+        assert f"| {arm} |" in table
+    assert table in (ROOT / "docs" / "results.md").read_text(encoding="utf-8"), table
