@@ -56,6 +56,7 @@ def _gymnasium_kwargs() -> dict[str, Any]:
 #: How to build each built-in env offline. A newly registered built-in env must be added here.
 BUILDERS: dict[str, Any] = {
     "keydoor": lambda _: {},
+    "crossings": lambda _: {"state_note": True},
     "knights": lambda _: {},
     "arc-stub": lambda _: {},
     "gymnasium": lambda _: _gymnasium_kwargs(),
