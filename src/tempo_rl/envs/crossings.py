@@ -35,7 +35,8 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult, check_steps_left
+from tempo_rl.envs.core import Observation, check_steps_left
+from tempo_rl.envs.goal import GoalEnv
 
 __all__ = ["WAYS", "Crossing", "CrossingsEnv"]
 
@@ -60,7 +61,7 @@ class Crossing:
     shown: tuple[str, str]
 
 
-class CrossingsEnv(ReplayableEnv):
+class CrossingsEnv(GoalEnv):
     """The Crossings trail (see the module docstring for the rules).
 
     Args:
@@ -172,16 +173,6 @@ class CrossingsEnv(ReplayableEnv):
         self._done = False
         self._won = False
         return self._observation(f"Task: {_TASK}")
-
-    def step(self, action: str) -> StepResult:
-        if self._done:
-            return StepResult(self._observation("The episode is over."), 0.0, self._won, not self._won)
-        self._steps += 1
-        feedback, won = self._apply(" ".join(str(action).strip().lower().split()))
-        truncated = not won and self._steps >= self.horizon
-        self._won = won
-        self._done = won or truncated
-        return StepResult(self._observation(feedback), 1.0 if won else 0.0, won, truncated, info={"won": won})
 
     def _apply(self, action: str) -> tuple[str, bool]:
         river = self._rivers.get(self._room)

@@ -34,7 +34,8 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from tempo_rl.envs.core import Observation, ReplayableEnv, StepResult, check_steps_left
+from tempo_rl.envs.core import Observation, check_steps_left
+from tempo_rl.envs.goal import GoalEnv
 
 __all__ = ["COLOURS", "KeyDoorEnv", "Room"]
 
@@ -61,7 +62,7 @@ class Room:
     offered: tuple[str, ...] = ()
 
 
-class KeyDoorEnv(ReplayableEnv):
+class KeyDoorEnv(GoalEnv):
     """The KeyDoor corridor (see the module docstring for the rules).
 
     Args:
@@ -273,16 +274,6 @@ class KeyDoorEnv(ReplayableEnv):
         self._done = False
         self._won = False
         return self._observation(f"Task: {_TASK}")
-
-    def step(self, action: str) -> StepResult:
-        if self._done:
-            return StepResult(self._observation("The episode is over."), 0.0, self._won, not self._won)
-        self._steps += 1
-        feedback, won = self._apply(" ".join(str(action).strip().lower().split()))
-        truncated = not won and self._steps >= self.horizon
-        self._won = won
-        self._done = won or truncated
-        return StepResult(self._observation(feedback), 1.0 if won else 0.0, won, truncated, info={"won": won})
 
     def _apply(self, action: str) -> tuple[str, bool]:
         index = self._room
