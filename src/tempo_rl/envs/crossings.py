@@ -35,7 +35,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from tempo_rl.envs.core import Observation, check_steps_left
+from tempo_rl.envs.core import check_steps_left
 from tempo_rl.envs.goal import GoalEnv
 
 __all__ = ["WAYS", "Crossing", "CrossingsEnv"]
@@ -75,6 +75,8 @@ class CrossingsEnv(GoalEnv):
             :attr:`~tempo_rl.envs.Observation.privileged_state` with the spare steps and the crossings ahead
             (:meth:`spare_note`). Default ``False``.
     """
+
+    task = _TASK
 
     def __init__(
         self,
@@ -151,28 +153,17 @@ class CrossingsEnv(GoalEnv):
             return tuple(f"take {way}" for way in river.shown)
         return ("go on",)
 
-    def _observation(self, feedback: str) -> Observation:
-        steps_left = self.horizon - self._steps
-        text = (
-            f"{feedback} Room {self._room + 1} of {self.rooms}. {self._describe()} Steps left: {steps_left}."
-        )
-        return Observation(
-            text=text,
-            admissible_actions=None if self._done else self._admissible(),
-            info={"task": _TASK, "room": self._room + 1, "steps_left": steps_left},
-            privileged_state=self.spare_note() if self.state_note and not self._done else None,
-        )
+    def _where(self) -> str:
+        return f"Room {self._room + 1} of {self.rooms}. {self._describe()}"
+
+    def _note(self) -> str:
+        return self.spare_note()
 
     # ------------------------------------------------------------------ env protocol
-    def reset(self, seed: int | None = None) -> Observation:
-        self._seed = seed
+    def _start(self, seed: int | None) -> None:
         self._rivers = self._generate(seed)
         self._room = 0
         self._bank = 0
-        self._steps = 0
-        self._done = False
-        self._won = False
-        return self._observation(f"Task: {_TASK}")
 
     def _apply(self, action: str) -> tuple[str, bool]:
         river = self._rivers.get(self._room)

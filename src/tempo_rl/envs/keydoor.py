@@ -34,7 +34,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from tempo_rl.envs.core import Observation, check_steps_left
+from tempo_rl.envs.core import check_steps_left
 from tempo_rl.envs.goal import GoalEnv
 
 __all__ = ["COLOURS", "KeyDoorEnv", "Room"]
@@ -96,6 +96,8 @@ class KeyDoorEnv(GoalEnv):
             ``False``. The actor never sees it; like knights' conflict note it precomputes, for a small critic,
             a relation its privileged layout implies.
     """
+
+    task = _TASK
 
     def __init__(
         self,
@@ -248,32 +250,22 @@ class KeyDoorEnv(GoalEnv):
             actions.append("go back")
         return tuple(actions)
 
-    def _observation(self, feedback: str) -> Observation:
+    def _where(self) -> str:
         carried = ", ".join(f"{c} key" for c in self._carried) if self._carried else "nothing"
-        steps_left = self.horizon - self._steps
-        text = (
-            f"{feedback} Room {self._room + 1} of {len(self._rooms)}. {self._describe(self._room)} "
-            f"You carry {carried}. Steps left: {steps_left}."
-        )
-        return Observation(
-            text=text,
-            admissible_actions=None if self._done else self._admissible(),
-            info={"task": _TASK, "room": self._room + 1, "steps_left": steps_left},
-            privileged_state=self.lock_note() if self.state_note and not self._done else None,
+        return (
+            f"Room {self._room + 1} of {len(self._rooms)}. {self._describe(self._room)} You carry {carried}."
         )
 
+    def _note(self) -> str:
+        return self.lock_note()
+
     # ------------------------------------------------------------------ env protocol
-    def reset(self, seed: int | None = None) -> Observation:
-        self._seed = seed
+    def _start(self, seed: int | None) -> None:
         self._rooms = self._generate(seed)
         self._room = 0
         self._carried = []
         self._taken = [False] * len(self._rooms)
         self._opened = [False] * len(self._rooms)
-        self._steps = 0
-        self._done = False
-        self._won = False
-        return self._observation(f"Task: {_TASK}")
 
     def _apply(self, action: str) -> tuple[str, bool]:
         index = self._room
