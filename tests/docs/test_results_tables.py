@@ -66,6 +66,8 @@ def test_the_results_page_prints_where_the_races_td_signal_went() -> None:
     [
         ("mechanism-critic-only", "TEMPO + generative, critic-only warm-up"),
         ("mechanism-no-note", "TEMPO + generative, no critic note"),
+        ("mechanism-seeds-5-9", "GRPO"),
+        ("mechanism-seeds-5-9", "TEMPO + generative critic"),
     ],
 )
 def test_the_results_page_prints_a_recorded_extra_arm(folder: str, arm: str) -> None:
