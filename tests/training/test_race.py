@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tempo_rl.training.race import race_marks, race_table, verdict
+from tempo_rl.training.race import difference_se, race_marks, race_table, verdict
 
 
-def _arm(success: list[float], steps: list[int], tokens: list[int]) -> dict:
-    return {"success": success, "env_steps": steps, "tokens": tokens}
+def _arm(success: list[float], steps: list[int], tokens: list[int], games: int = 32) -> dict:
+    return {"success": success, "env_steps": steps, "tokens": tokens, "eval_episodes": games}
 
 
 def test_marks_are_evenly_spaced_and_end_at_the_budget() -> None:
@@ -26,9 +26,24 @@ def test_the_verdict_compares_the_final_marks() -> None:
         "tempo": _arm([0.2, 0.5], [0, 400], [0, 1_500_000]),
         "grpo": _arm([0.2, 0.3125], [0, 390], [0, 900_000]),
     }
-    assert verdict(result) == "TEMPO leads GRPO by 0.19 success (0.50 vs 0.31) after about 400 env steps"
-    result["grpo"]["success"][-1] = 0.5
-    assert verdict(result).startswith("TEMPO and GRPO tie at 0.50")
+    # sqrt(0.5 * 0.5 / 32 + 0.3125 * 0.6875 / 32) = 0.1205: a lead of 0.1875 is under 2 standard errors
+    assert verdict(result) == (
+        "TEMPO leads GRPO by 0.19 +- 0.12 success (0.50 vs 0.31 on 32 held-out games each, within 2 standard "
+        "errors) after about 400 env steps"
+    )
+    result["grpo"]["success"][-1] = 0.125  # sqrt(0.25 / 32 + 0.125 * 0.875 / 32) = 0.1060; 0.375 > 2 x 0.1060
+    assert verdict(result) == (
+        "TEMPO leads GRPO by 0.38 +- 0.11 success (0.50 vs 0.12 on 32 held-out games each) after about 400 env steps"
+    )
+    # TEMPO at 0 over 64 games: sqrt(0 / 64 + 0.125 * 0.875 / 32) = 0.0585, and 0.125 > 2 x 0.0585
+    result["tempo"]["success"][-1], result["tempo"]["eval_episodes"] = 0.0, 64
+    assert verdict(result) == (
+        "GRPO leads TEMPO by 0.12 +- 0.06 success (0.12 vs 0.00 on 32 and 64 held-out games) after about 400 env steps"
+    )
+    result["grpo"]["success"][-1] = result["tempo"]["success"][-1] = 0.5
+    assert verdict(result).startswith("TEMPO and GRPO tie at 0.50 success (64 and 32 held-out games)")
+    with pytest.raises(ValueError, match="at least one game"):
+        difference_se(0.5, 0, 0.5, 32)
     table = race_table(result).splitlines()
     assert len(table) == 3 and table[2].split() == ["1", "400", "0.50", "1.50", "390", "0.50", "0.90"]
 
@@ -65,7 +80,7 @@ def test_a_short_race_writes_its_summary_and_plot(tmp_path: Path) -> None:
         assert arm["env_steps"][0] == 0 and arm["tokens"][0] == 0
         assert len(arm["env_steps"]) == len(arm["tokens"]) == len(arm["success"]) == 3
         assert arm["env_steps"][-1] >= 60 and arm["tokens"][-1] >= arm["tokens"][1] > 0
-        assert all(0.0 <= s <= 1.0 for s in arm["success"])
+        assert all(0.0 <= s <= 1.0 for s in arm["success"]) and arm["eval_episodes"] == 2
         assert (run_dir / name / "metrics.jsonl").stat().st_size > 0
     assert summary["tempo"]["success"][0] == summary["grpo"]["success"][0]  # one warm start for both
     # ... and one tokenizer: the warm start's (its weights mean something only under its token ids)

@@ -13,8 +13,8 @@
    each.
 
 The race's record, ``summary.json`` (and :func:`race` returns it): per algorithm the env steps, tokens
-processed (``cost/tokens``: prefill + sampled + trained) and success at each mark, and a one-line verdict
-comparing the final marks. ``race.png`` plots success against env steps and against tokens (with the ``plot``
+processed (``cost/tokens``: prefill + sampled + trained) and success at each mark, the held-out games each mark
+evaluates, and a one-line verdict comparing the final marks with the standard error of their difference. ``race.png`` plots success against env steps and against tokens (with the ``plot``
 extra). Success at a mark is the evaluation made at the first update that reached it (one evaluation stands for
 every mark that update passed, so each algorithm has one entry per mark).
 """
@@ -133,7 +133,7 @@ def run_arm(
     options: TrainerOptions | None = None,
 ) -> dict[str, Any]:
     """One arm of the race (in its own process): train from ``warm_state`` until ``budget`` env steps, evaluating
-    at ``marks``. Returns ``{"env_steps", "tokens", "success", "updates", "seconds"}``, the first entries the
+    at ``marks``. Returns ``{"env_steps", "tokens", "success", "eval_episodes", "updates", "seconds"}``, the first entries the
     warm start's (0 env steps, 0 tokens)."""
     from tempo_rl.training.config import validate_config
     from tempo_rl.training.run import build_trainer
@@ -160,7 +160,13 @@ def run_arm(
     trainer.state.policy_version = (
         1  # the warm start was one policy version (a critic of its own loads it too)
     )
-    record: dict[str, Any] = {"env_steps": [0], "tokens": [0], "success": [warm_success], "updates": 0}
+    record: dict[str, Any] = {
+        "env_steps": [0],
+        "tokens": [0],
+        "success": [warm_success],
+        "eval_episodes": config.run.eval_episodes,
+        "updates": 0,
+    }
     pending = list(marks)
     steps = 0
     try:
@@ -186,15 +192,38 @@ def run_arm(
     return record
 
 
+def difference_se(a: float, n_a: int, b: float, n_b: int) -> float:
+    """The standard error of the difference of two success rates, each over its own independent games:
+    ``sqrt(a (1 - a) / n_a + b (1 - b) / n_b)`` (binomial), in success units."""
+    if n_a < 1 or n_b < 1:
+        raise ValueError(f"a success rate needs at least one game; got {n_a} and {n_b}")
+    return math.sqrt(a * (1.0 - a) / n_a + b * (1.0 - b) / n_b)
+
+
 def verdict(result: Mapping[str, Any]) -> str:
-    """One line: which algorithm leads at the final mark, by how much, and at the same env steps."""
+    """One line: which algorithm leads at the final mark, by how much +- the standard error of the difference
+    (:func:`difference_se` over each arm's ``eval_episodes`` held-out games), and at the same env steps; a lead
+    of at most 2 standard errors says so."""
     tempo, grpo = result["tempo"], result["grpo"]
     a, b = tempo["success"][-1], grpo["success"][-1]
+    n_a, n_b = int(tempo["eval_episodes"]), int(grpo["eval_episodes"])
     steps = max(tempo["env_steps"][-1], grpo["env_steps"][-1])
     if abs(a - b) <= TIE:
-        return f"TEMPO and GRPO tie at {a:.2f} success after about {steps} env steps"
-    lead, trail = ("TEMPO", "GRPO") if a > b else ("GRPO", "TEMPO")
-    return f"{lead} leads {trail} by {abs(a - b):.2f} success ({max(a, b):.2f} vs {min(a, b):.2f}) after about {steps} env steps"
+        return f"TEMPO and GRPO tie at {a:.2f} success ({_games(n_a, n_b)}) after about {steps} env steps"
+    (lead, hi, n_hi), (trail, lo, n_lo) = sorted(
+        [("TEMPO", a, n_a), ("GRPO", b, n_b)], key=lambda arm: arm[1], reverse=True
+    )
+    se = difference_se(a, n_a, b, n_b)
+    noise = ", within 2 standard errors" if hi - lo <= 2 * se else ""
+    return (
+        f"{lead} leads {trail} by {hi - lo:.2f} +- {se:.2f} success ({hi:.2f} vs {lo:.2f} on "
+        f"{_games(n_hi, n_lo)}{noise}) after about {steps} env steps"
+    )
+
+
+def _games(first: int, second: int) -> str:
+    """How many held-out games the two success rates are over, in the order they are named."""
+    return f"{first} held-out games each" if first == second else f"{first} and {second} held-out games"
 
 
 def race_table(result: Mapping[str, Any]) -> str:
