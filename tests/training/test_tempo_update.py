@@ -569,3 +569,32 @@ def test_a_critic_reading_its_answers_is_trained_by_the_log_loss_even_when_its_d
     assert fb == [[actor], [datums[0], datums[1]]]
     assert [name for name, _ in training.calls].count("optim_step") == 1
     assert metrics["train/loss_tokens"] == 3.0  # one advantage and two weights
+
+
+def test_td_rehearses_as_many_monte_carlo_examples_as_it_fits_bootstrapped_ones():
+    cfg = tiny_config("tempo.warmup_updates=0", "tempo.td_updates=1", "tempo.fresh_share=1.0")
+    trainer, *_ = _trainer(cfg, p_right=0.5, undecided=0.5)
+    replay = [{"prompt": [5, 6, i], "completion": [10 + i], "weight": 0.1 * (i + 1)} for i in range(5)]
+    trainer.state.critic_replay = list(replay)
+    drawn = trainer.rehearsal_datums(3)
+    # 3 distinct examples of the replay, each a cross-entropy Datum on its answer at its own weight
+    picked = [int(d.model_input[-1]) for d in drawn]
+    assert len(set(picked)) == 3 and all(0 <= i < 5 for i in picked)
+    for d, i in zip(drawn, picked):
+        assert d.tags.get("role") == "critic" and int(d.loss_fn_inputs["target_tokens"][-1]) == 10 + i
+        assert float(d.loss_fn_inputs["weights"][-1]) == pytest.approx(0.1 * (i + 1))
+    assert len(trainer.rehearsal_datums(9)) == 5  # never more than the replay holds
+    assert trainer.rehearsal_datums(0) == []
+    trainer.state.critic_replay = []
+    assert trainer.rehearsal_datums(3) == []
+
+    # a TD update whose critic fits 2 bootstrapped Datums (the scripted oracle's K draws agree and would fit
+    # none) rehearses 2 of the replay's examples in the same optimiser step
+    from tempo_rl.rollout.datums import sft_datum
+
+    bootstrapped = [sft_datum([1, 2], [10], weight=w, role="critic") for w in (0.4, 0.6)]
+    trainer.critic_datums_of = lambda estimates, targets, td: (list(bootstrapped), 0.0)
+    trainer.state.critic_replay = list(replay)
+    metrics = asyncio.run(trainer.td_update(0))
+    assert metrics["td/rehearsed_datums"] == 2.0 and metrics["train/critic_datums"] == 4.0
+    assert trainer.state.critic_replay == replay  # TD keeps the replay: later updates rehearse it too

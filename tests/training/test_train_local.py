@@ -472,7 +472,10 @@ def test_warmup_replay_trains_every_earlier_updates_critic_examples_and_resumes_
     third = _metrics(run_dir)[3]
     assert third["warmup/replayed_datums"] == len(kept)  # restored from the checkpoint, not lost
     final = latest_checkpoint(run_dir)
-    assert final is not None and final.trainer_state["critic_replay"] == []  # TD began: dropped
+    td = _metrics(run_dir)[4]
+    # TD keeps the replay (every TD update rehearses as many of its examples as it fits bootstrapped ones)
+    assert final is not None and final.trainer_state["critic_replay"][: len(kept)] == kept
+    assert td["td/rehearsed_datums"] == td["train/critic_datums"] / 2 > 0
 
     straight = tmp_path / "straight"
     train_run(straight, config, console=False)  # the same run without the stop

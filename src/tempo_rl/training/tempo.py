@@ -32,7 +32,9 @@
 * ``R_n = r_n + V_hat_n``, ``G = mean_n R_n``, ``A_n = R_n - G`` (:func:`tempo_rl.signals.td_batch`); degenerate groups
   (all ``|A_n| <= 1e-12``) and zero-advantage branches produce no Datum (with ``kl.coef > 0`` every kept
   branch does, its tokens' advantages ``A_n - coef * (log pi - log pi_ref)``);
-* K critic samples on each start state, rewarded against its G and centred over K;
+* K critic samples on each start state, rewarded against its G and centred over K; with ``tempo.warmup_replay``
+  the critic also rehearses as many of the warm-up's Monte Carlo examples (drawn without replacement) as it has
+  bootstrapped ones, so that its values stay tied to observed returns while it fits its own targets;
 * actor + critic Datums through one chunked ``forward_backward`` pass and ONE ``optim_step`` (or, with
   ``optim.substeps = S``, S minibatches of mixed actor and critic Datums, one step each);
 * the macro-boundary endpoints (within T and the token budget) go into the store with the policy version that
@@ -675,7 +677,6 @@ class TempoTrainer(MacroStepTrainer):
     async def td_update(self, index: int) -> dict[str, float]:
         """One TEMPO TD update (see the module docstring)."""
         t = self.config.tempo
-        self.state.critic_replay = []  # the warm-up's replay is over: checkpoints stop carrying it
         timer = UpdateTimer()
         version = self.state.policy_version  # the policy that samples this update
         with timer.part("restore"):
@@ -689,6 +690,8 @@ class TempoTrainer(MacroStepTrainer):
         actor_advantages = correction.apply(batch.advantages, prefix)
         actor, kl_metrics = await self.td_actor_datums(results, batch, actor_advantages, timer)
         critic, critic_degenerate = self.critic_datums_of(start_estimates, targets, td=True)
+        rehearsed = self.rehearsal_datums(len(critic))
+        critic.extend(rehearsed)
         new_states = [state for (i, j), state in ends.items() if batch.mask[i, j]]
         metrics = {**critic_metrics(start_estimates, targets), **self.train_step([*actor, *critic], timer)}
         with timer.part("store"):
@@ -699,7 +702,10 @@ class TempoTrainer(MacroStepTrainer):
             **prefix.metrics(),
             **td_metrics(starts, results, batch, endpoints),
             **self.td_store_metrics(starts, added, divergences),
-            **{"critic/degenerate_group_rate": critic_degenerate},
+            **{
+                "critic/degenerate_group_rate": critic_degenerate,
+                "td/rehearsed_datums": float(len(rehearsed)),
+            },
             **rollout_metrics(rstats),
             **timer.metrics(),
         )
@@ -710,6 +716,15 @@ class TempoTrainer(MacroStepTrainer):
             )
         )
         return metrics
+
+    def rehearsal_datums(self, n: int) -> list[Datum]:
+        """``n`` of the warm-up's Monte Carlo critic examples, drawn without replacement: each TD critic step
+        fits as many Monte Carlo examples as bootstrapped ones, so its values stay tied to observed returns."""
+        replay = self.state.critic_replay
+        if n <= 0 or not replay:
+            return []
+        picks = self.rng.choice(len(replay), size=min(n, len(replay)), replace=False)
+        return [self.critic_example_datum(replay[int(i)]) for i in picks]
 
     async def value_starts(
         self, starts: Sequence[StartState], batch: TDBatch, timer: UpdateTimer
