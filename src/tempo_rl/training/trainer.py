@@ -75,8 +75,8 @@ class TrainerState:
             equals it, pi is pi_ref exactly (None: unknown, in a state saved before this field existed).
         cost: the run's cumulative tokens processed and env steps (``cost/*``, :mod:`tempo_rl.training.cost`).
         critic_replay: with ``tempo.warmup_replay``, the warm-up's critic examples so far, each
-            ``{"prompt": [...], "completion": [...], "weight": w}`` (a cross-entropy Datum's makings); emptied
-            when TD begins.
+            ``{"prompt": [...], "completion": [...], "weight": w}`` (a cross-entropy Datum's makings); kept in
+            TD, whose critic steps rehearse them.
         critic_readings: the hand-over gate's reading of each warm-up update (the critic's correlation with
             its fresh episodes' Monte Carlo returns, before training on them; NaN where undefined).
         handover_update: the updates done when TEMPO handed over from the warm-up to TD (None: not yet).
