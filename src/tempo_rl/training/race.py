@@ -13,10 +13,11 @@
    each.
 
 The race's record, ``summary.json`` (and :func:`race` returns it): per algorithm the env steps, tokens
-processed (``cost/tokens``: prefill + sampled + trained) and success at each mark, the held-out games each mark
-evaluates, and a one-line verdict comparing the final marks with the standard error of their difference. ``race.png`` plots success against env steps and against tokens (with the ``plot``
-extra). Success at a mark is the evaluation made at the first update that reached it (one evaluation stands for
-every mark that update passed, so each algorithm has one entry per mark).
+processed (``cost/tokens``: prefill + sampled + trained) and success at each mark and the held-out games each
+mark evaluates, and a one-line verdict comparing the final marks with the standard error of their difference.
+``race.png`` plots success against env steps and against tokens (with the ``plot`` extra). Success at a mark is
+the evaluation made at the first update that reached it (one evaluation stands for every mark that update
+passed, so each algorithm has one entry per mark).
 """
 
 from __future__ import annotations
@@ -133,8 +134,8 @@ def run_arm(
     options: TrainerOptions | None = None,
 ) -> dict[str, Any]:
     """One arm of the race (in its own process): train from ``warm_state`` until ``budget`` env steps, evaluating
-    at ``marks``. Returns ``{"env_steps", "tokens", "success", "eval_episodes", "updates", "seconds"}``, the first entries the
-    warm start's (0 env steps, 0 tokens)."""
+    at ``marks``. Returns ``{"env_steps", "tokens", "success", "eval_episodes", "updates", "seconds"}``, the
+    first entries the warm start's (0 env steps, 0 tokens)."""
     from tempo_rl.training.config import validate_config
     from tempo_rl.training.run import build_trainer
 
