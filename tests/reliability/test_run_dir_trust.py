@@ -23,6 +23,7 @@ from reliability_helpers import REPO, tiny_config
 
 from tempo_rl.training.checkpoint import CHECKPOINT_DIR, LATEST, latest_checkpoint
 from tempo_rl.training.run import RunDirError, train_run
+from tempo_rl.training.rundir import read_replay
 
 UPDATES = 3  # 1 warm-up + 2 TD
 
@@ -260,6 +261,19 @@ def test_metrics_cut_below_the_checkpoint_offset_is_refused(run: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_replay_file_that_disagrees_with_its_checkpoint_is_named(tmp_path: Path) -> None:
+    (tmp_path / "critic_replay.jsonl").write_text('{"prompt": [1], "completion": [2], "weight": 1.0}\n')
+    assert read_replay(tmp_path, 1, 4) == [{"prompt": [1], "completion": [2], "weight": 1.0}]
+    with pytest.raises(
+        RunDirError, match=r"holds 1 critic examples, but the checkpoint after update 4 recorded 2"
+    ):
+        read_replay(tmp_path, 2, 4)
+    (tmp_path / "critic_replay.jsonl").write_text("[1, 2]\n")
+    with pytest.raises(RunDirError, match=r"record 1 is not a JSON object: it was edited"):
+        read_replay(tmp_path, 1, 4)
+    assert read_replay(tmp_path / "nowhere", 0, 0) == []  # a run that keeps no replay has no file
+
+
 def test_a_moved_run_directory_resumes_and_stores_no_absolute_path(run: Path, tmp_path: Path) -> None:
     moved = tmp_path / "moved"
     run.rename(moved)

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tempo_rl.training.checkpoint import latest_checkpoint
+from tempo_rl.training.checkpoint import CHECKPOINT_DIR, latest_checkpoint, verify_checkpoint
 from tempo_rl.training.config import TrainConfig, load_config
 from tempo_rl.training.options import TrainerOptions
 from tempo_rl.training.run import train_run
@@ -457,7 +457,12 @@ def test_warmup_replay_trains_every_earlier_updates_critic_examples_and_resumes_
     train_run(run_dir, config, console=False, max_updates=2)
     ckpt = latest_checkpoint(run_dir)
     assert ckpt is not None and ckpt.update == 2
-    kept = ckpt.trainer_state["critic_replay"]  # the checkpoint carries the replay
+    # the replay is appended to critic_replay.jsonl, each example once; the checkpoint records its count
+    replay_file = run_dir / "critic_replay.jsonl"
+    kept = [json.loads(line) for line in replay_file.read_text().splitlines()]
+    assert "critic_replay" not in ckpt.trainer_state
+    assert ckpt.trainer_state["critic_replay_examples"] == len(kept)
+    assert ckpt.offsets["critic_replay.jsonl"] == replay_file.stat().st_size
     first, second = _metrics(run_dir)[1:]
     assert first["warmup/replayed_datums"] == 0.0
     # update 2 trains update 1's critic Datums again, then its own; the replay holds both updates' examples
@@ -467,19 +472,53 @@ def test_warmup_replay_trains_every_earlier_updates_critic_examples_and_resumes_
         == first["train/critic_datums"] + second["train/critic_datums"] - second["warmup/replayed_datums"]
     )
     assert all(set(e) == {"prompt", "completion", "weight"} and e["weight"] > 0 for e in kept)
+    with open(
+        replay_file, "a"
+    ) as fh:  # an example appended after the checkpoint (a run killed before the next)
+        fh.write(json.dumps(kept[0]) + "\n")
     summary = train_run(run_dir, resume=True, console=False)  # warm-up update 3 and the TD update
     assert summary["updates_done"] == 4
     third = _metrics(run_dir)[3]
-    assert third["warmup/replayed_datums"] == len(kept)  # restored from the checkpoint, not lost
-    final = latest_checkpoint(run_dir)
+    assert third["warmup/replayed_datums"] == len(kept)  # restored up to the checkpoint: none lost or added
     td = _metrics(run_dir)[4]
-    # TD keeps the replay (every TD update rehearses as many of its examples as it fits bootstrapped ones)
-    assert final is not None and final.trainer_state["critic_replay"][: len(kept)] == kept
+    # TD keeps the replay (every TD update rehearses as many of its examples as it fits bootstrapped ones) and
+    # adds nothing to it: its checkpoint rewrites no example
+    warmup_end, final = (verify_checkpoint(run_dir / CHECKPOINT_DIR / f"update_{u:06d}") for u in (3, 4))
+    assert final.trainer_state["critic_replay_examples"] == warmup_end.trainer_state["critic_replay_examples"]
+    assert final.offsets["critic_replay.jsonl"] == warmup_end.offsets["critic_replay.jsonl"]
+    replay = [json.loads(line) for line in replay_file.read_text().splitlines()]
+    assert len(replay) == final.trainer_state["critic_replay_examples"] and replay[: len(kept)] == kept
     assert td["td/rehearsed_datums"] == td["train/critic_datums"] / 2 > 0
 
     straight = tmp_path / "straight"
     train_run(straight, config, console=False)  # the same run without the stop
     assert _policy_and_critic_logprobs(straight, config) == _policy_and_critic_logprobs(run_dir, config)
+
+
+def test_a_checkpoint_with_its_replay_inline_resumes_and_moves_it_to_the_replay_file(tmp_path: Path) -> None:
+    """A run checkpointed with the replay inside ``checkpoint.json`` (how tempo-rl kept it before
+    ``critic_replay.jsonl``) resumes with every example, and its next checkpoint writes them to the file."""
+    config = _own_critic_config(tmp_path, 3, ["tempo.warmup_replay=true"])
+    run_dir = tmp_path / "run"
+    train_run(run_dir, config, console=False, max_updates=2)
+    replay_file = run_dir / "critic_replay.jsonl"
+    kept = [json.loads(line) for line in replay_file.read_text().splitlines()]
+    for u in (1, 2):  # both kept checkpoints, rewritten in the inline form
+        meta_file = run_dir / CHECKPOINT_DIR / f"update_{u:06d}" / "checkpoint.json"
+        meta = json.loads(meta_file.read_text())
+        count = meta["trainer_state"].pop("critic_replay_examples")
+        meta["trainer_state"]["critic_replay"] = kept[:count]
+        del meta["offsets"]["critic_replay.jsonl"]
+        meta_file.write_text(json.dumps(meta))
+    replay_file.unlink()
+    train_run(run_dir, resume=True, console=False)  # warm-up update 3 and the TD update
+    assert _metrics(run_dir)[3]["warmup/replayed_datums"] == len(kept)
+    ckpt = latest_checkpoint(run_dir)
+    assert ckpt is not None and ckpt.update == 4 and "critic_replay" not in ckpt.trainer_state
+    replay = [json.loads(line) for line in replay_file.read_text().splitlines()]
+    assert replay[: len(kept)] == kept and len(replay) == ckpt.trainer_state["critic_replay_examples"] > len(
+        kept
+    )
 
 
 def test_warm_start_plays_its_demonstrations_with_warmstart_env_kwargs(tmp_path: Path, monkeypatch) -> None:

@@ -331,7 +331,8 @@ class TempoConfig(_Model):
         description=(
             "each warm-up update also trains the critic Datums of every earlier warm-up update (Monte Carlo "
             "regression on the whole warm-up's data, not only the latest batch's: a batch whose episodes were "
-            "all lost no longer pulls every value to 0); kept in the checkpoint, and rehearsed in TD: each TD "
+            "all lost no longer pulls every value to 0); kept in the run's critic_replay.jsonl (each example written "
+            "once, its count in the checkpoint), and rehearsed in TD: each TD "
             "critic step also fits as many of its examples as it has bootstrapped ones. Needs "
             "sampling.critic_answer = 'expected' (cross-entropy Datums stay valid examples; sampled answers' "
             "policy-gradient Datums do not)"

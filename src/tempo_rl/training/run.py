@@ -35,9 +35,11 @@ from tempo_rl.training.env_calls import FORK_CACHE_LOCK, locked_restore_branches
 from tempo_rl.training.options import TrainerOptions
 from tempo_rl.training.preflight import preflight
 from tempo_rl.training.rundir import (
+    APPENDED_FILES,
     CONFIG_FILE,
     METRICS_FILE,
     MIN_FREE_DISK_MB,
+    REPLAY_FILE,
     STORE_FILE,
     SUMMARY_FILE,
     TOKENIZER_DIR,
@@ -50,6 +52,7 @@ from tempo_rl.training.rundir import (
     file_size,
     move_aside,
     prepare_resume,
+    read_replay,
     resume_changes,
 )
 from tempo_rl.training.store import StateStore
@@ -408,6 +411,10 @@ def train_run(
             raise failed.error from failed.error.__cause__
 
 
+#: the trainer-state key of a checkpoint that records how many of critic_replay.jsonl's examples it holds
+_REPLAY_EXAMPLES = "critic_replay_examples"
+
+
 class _SetupFailed(Exception):
     """A new run's setup (before its first update) failed with ``error``."""
 
@@ -431,6 +438,7 @@ def _train_locked(
     rewritten with them, and the next metrics record carries each as ``resume/<setting>`` (its new value)."""
     show = config.run.logs_to("console") if console is None else console
     state: TrainerState | None = None
+    replay_written = 0  # the critic examples critic_replay.jsonl holds (an inline replay is written out anew)
     backend_state: str | None = None
     critic_backend_state: str | None = None
     if resume:
@@ -440,6 +448,11 @@ def _train_locked(
         checkpoint = point.checkpoint
         if checkpoint is not None:
             state = TrainerState.from_json(checkpoint.trainer_state)
+            if "critic_replay" not in checkpoint.trainer_state:  # kept in critic_replay.jsonl, not inline
+                state.critic_replay = read_replay(
+                    run_path, int(checkpoint.trainer_state.get(_REPLAY_EXAMPLES, 0)), checkpoint.update
+                )
+                replay_written = len(state.critic_replay)
             backend_state = checkpoint.backend_state
             critic_backend_state = checkpoint.critic_backend_state
             if config.tempo.critic_weights == "own" and critic_backend_state is None:
@@ -482,6 +495,7 @@ def _train_locked(
             raise
         raise _SetupFailed(exc) from exc
     trajectories = JsonlWriter(run_path / TRAJECTORIES_FILE)
+    replay: JsonlWriter | None = None  # critic_replay.jsonl, opened when it first has an example to hold
 
     def log(step: int, metrics: Mapping[str, float]) -> None:
         if recorded:
@@ -516,17 +530,22 @@ def _train_locked(
         # the live RNG may have moved since the last update (the warm start draws demonstrations and their
         # order from it): save where it is now, or a resume would replay those draws
         t.state.rng_state = dict(t.rng.bit_generator.state)
+        nonlocal replay, replay_written
+        trainer_state = t.state.to_json()
+        examples = trainer_state.pop("critic_replay")
+        if len(examples) > replay_written:  # the replay only grows: each example is written once
+            replay = replay or JsonlWriter(run_path / REPLAY_FILE)
+            replay.write(examples[replay_written:])
+        replay_written = len(examples)
+        trainer_state[_REPLAY_EXAMPLES] = replay_written
         save_checkpoint(
             run_path,
             update=t.state.update,
-            trainer_state=t.state.to_json(),
+            trainer_state=trainer_state,
             training_client=t.c.training_client,
             critic_training_client=t.c.critic_training_client,
             store=t.c.store,
-            offsets={
-                METRICS_FILE: file_size(run_path / METRICS_FILE),
-                TRAJECTORIES_FILE: file_size(run_path / TRAJECTORIES_FILE),
-            },
+            offsets={name: file_size(run_path / name) for name in APPENDED_FILES},
         )
 
     def on_update_end(t: MacroStepTrainer) -> None:
@@ -555,6 +574,8 @@ def _train_locked(
     finally:
         logger.close()
         trajectories.close()
+        if replay is not None:
+            replay.close()
         trainer.c.pool.close() if hasattr(trainer.c.pool, "close") else None
         trainer.c.store.close()
     summary = summarize(run_path / METRICS_FILE)

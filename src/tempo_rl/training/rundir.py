@@ -7,6 +7,8 @@ Run directory layout::
       config.toml          the validated config (resume reads it back)
       metrics.jsonl        one JSON record per update (tempo_rl.training.metrics)
       trajectories.jsonl   one record per played branch / episode
+      critic_replay.jsonl  the critic's Monte Carlo examples kept for replay (``tempo.warmup_replay``), each
+                           appended once; a checkpoint records how many it holds
       store.sqlite         the StateStore (live)
       tokenizer/           the offline tokenizer (local backend)
       backend_states/      backend states outside checkpoints (the KL anchor's reference policy)
@@ -19,7 +21,7 @@ Guarantees (see ``docs/reliability.md``):
   life; the kernel releases it on any exit, even SIGKILL. A second writer is refused, naming the holder's pid;
 * **resume never deletes**: :func:`prepare_resume` resumes from the newest checkpoint that verifies
   (:func:`tempo_rl.training.checkpoint.latest_checkpoint`), and refuses, changing nothing, when the run has
-  checkpoints but none verifies or when ``metrics.jsonl`` / ``trajectories.jsonl`` were cut below the
+  checkpoints but none verifies or when an appended file (:data:`APPENDED_FILES`) was cut below the
   checkpoint's offsets;
 * **relocatable**: nothing in the directory names an absolute path (see :mod:`tempo_rl.training.checkpoint`);
 * ``--overwrite`` moves an existing run aside (:func:`move_aside`), it never deletes it.
@@ -49,11 +51,13 @@ from tempo_rl.training.checkpoint import (
 from tempo_rl.training.config import ConfigError, TrainConfig
 
 __all__ = [
+    "APPENDED_FILES",
     "CONFIG_FILE",
     "LOCK_FILE",
     "METRICS_FILE",
     "MIN_FREE_DISK_MB",
     "PROJECT_MARKERS",
+    "REPLAY_FILE",
     "RESUME_SETTINGS",
     "STORE_FILE",
     "SUMMARY_FILE",
@@ -70,6 +74,7 @@ __all__ = [
     "file_size",
     "move_aside",
     "prepare_resume",
+    "read_replay",
     "refuse_foreign_folder",
     "resume_changes",
 ]
@@ -77,6 +82,9 @@ __all__ = [
 CONFIG_FILE = "config.toml"
 METRICS_FILE = "metrics.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
+REPLAY_FILE = "critic_replay.jsonl"
+#: the run's append-only JSONL files: a checkpoint records their byte lengths, a resume cuts them back to those
+APPENDED_FILES = (METRICS_FILE, TRAJECTORIES_FILE, REPLAY_FILE)
 STORE_FILE = "store.sqlite"
 SUMMARY_FILE = "summary.json"
 TOKENIZER_DIR = "tokenizer"
@@ -398,7 +406,7 @@ class ResumePoint:
 def prepare_resume(run_dir: Path) -> ResumePoint:
     """Bring ``run_dir`` back to its newest verified checkpoint (the caller holds the :class:`RunLock`).
 
-    With a checkpoint: ``metrics.jsonl`` and ``trajectories.jsonl`` are checked to hold the checkpoint's
+    With a checkpoint: the appended files (:data:`APPENDED_FILES`) are checked to hold the checkpoint's
     offsets (on a record boundary) and truncated to them, ``LATEST`` is pointed at the checkpoint when it named
     another one, and the live store is replaced by the checkpoint's copy. (A damaged newer checkpoint stays
     until the resumed run writes the same update again, which replaces it.) Without any checkpoint directory (the run died before its first checkpoint) the partial files are
@@ -413,22 +421,52 @@ def prepare_resume(run_dir: Path) -> ResumePoint:
     except CheckpointError as exc:
         raise RunDirError(str(exc)) from None
     if checkpoint is None:
-        for name in (METRICS_FILE, TRAJECTORIES_FILE):
+        for name in APPENDED_FILES:
             _truncate(run_dir / name, 0)
         for suffix in ("", "-wal", "-shm"):
             Path(str(run_dir / STORE_FILE) + suffix).unlink(missing_ok=True)
         return ResumePoint(None)
-    for name in (METRICS_FILE, TRAJECTORIES_FILE):
+    for name in APPENDED_FILES:
         _check_offset(run_dir / name, checkpoint.offsets.get(name, 0), checkpoint.update)
     if checkpoint.notes:  # LATEST named something else: point it at the checkpoint the run continues from
         atomic_write_text(checkpoint.path.parent / LATEST, checkpoint.path.name + "\n")
-    for name in (METRICS_FILE, TRAJECTORIES_FILE):
+    for name in APPENDED_FILES:
         _truncate(run_dir / name, checkpoint.offsets.get(name, 0))
     if checkpoint.store_path is not None:
         from tempo_rl.training.store import StateStore
 
         StateStore.restore_file(checkpoint.store_path, run_dir / STORE_FILE)
     return ResumePoint(checkpoint, checkpoint.notes)
+
+
+def read_replay(run_dir: Path, examples: int, update: int) -> list[dict[str, Any]]:
+    """The critic's replay of a resumed run: the ``examples`` records of ``critic_replay.jsonl`` (one JSON object
+    per line), which :func:`prepare_resume` has cut back to the checkpoint after ``update``.
+
+    Raises:
+        RunDirError: the file holds another number of records, or one that is not a JSON object.
+    """
+    path = run_dir / REPLAY_FILE
+    records: list[dict[str, Any]] = []
+    if path.exists():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    record = None
+                if not isinstance(record, dict):
+                    raise RunDirError(
+                        f"{path} record {len(records) + 1} is not a JSON object: it was edited. Restore it from a "
+                        "copy of the run, or start a new run"
+                    )
+                records.append(record)
+    if len(records) != examples:
+        raise RunDirError(
+            f"{path} holds {len(records)} critic examples, but the checkpoint after update {update} recorded "
+            f"{examples}: it was replaced or edited. Restore it from a copy of the run, or start a new run"
+        )
+    return records
 
 
 # ------------------------------------------------------------------------------------------------ resume changes
