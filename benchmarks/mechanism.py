@@ -387,9 +387,9 @@ def generative_critic_design(scale: Scale) -> dict[str, Any]:
     """The generative arm's critic design (``tempo.*``), the one ``benchmarks/critic_warmup.py`` found to hold
     on 5 seeds (``docs/results.md``): weights of its own (a copy of the warm start; the policy's RL steps no
     longer move it, nor its steps the policy), a warm-up that offers it every round of every episode
-    (``warmup_states_per_episode = "every_round"``: one env step, one Monte Carlo example) and trains every earlier
-    warm-up update's examples again at each update (``warmup_replay``: a batch whose episodes were all lost no
-    longer pulls every value to 0), ``warmup_substeps`` optimiser steps per update. An env's
+    (``warmup_states_per_episode = "every_round"``: one env step, one Monte Carlo example) and rehearses as many
+    earlier examples as each update brings (``warmup_replay``: a batch whose episodes were all lost no longer
+    pulls every value to 0), ``warmup_substeps`` optimiser steps per update. An env's
     ``EnvSetting.critic_learning_rate`` and ``critic_history_turns`` (knights) reach it through
     :func:`make_options`."""
     return {

@@ -576,17 +576,21 @@ def test_td_rehearses_as_many_monte_carlo_examples_as_it_fits_bootstrapped_ones(
     trainer, *_ = _trainer(cfg, p_right=0.5, undecided=0.5)
     replay = [{"prompt": [5, 6, i], "completion": [10 + i], "weight": 0.1 * (i + 1)} for i in range(5)]
     trainer.state.critic_replay = list(replay)
-    drawn = trainer.rehearsal_datums(3)
+    drawn = trainer.rehearsal_examples(3)
     # 3 distinct examples of the replay, each a cross-entropy Datum on its answer at its own weight
-    picked = [int(d.model_input[-1]) for d in drawn]
+    picked = [int(e["prompt"][-1]) for e in drawn]
     assert len(set(picked)) == 3 and all(0 <= i < 5 for i in picked)
-    for d, i in zip(drawn, picked):
+    for i in picked:
+        d = trainer.critic_example_datum(replay[i])
         assert d.tags.get("role") == "critic" and int(d.loss_fn_inputs["target_tokens"][-1]) == 10 + i
         assert float(d.loss_fn_inputs["weights"][-1]) == pytest.approx(0.1 * (i + 1))
-    assert len(trainer.rehearsal_datums(9)) == 5  # never more than the replay holds
-    assert trainer.rehearsal_datums(0) == []
+    state = trainer.rng.bit_generator.state
+    # a replay of at most n examples is rehearsed whole, in order, and draws nothing from the trainer's RNG
+    assert trainer.rehearsal_examples(9) == trainer.rehearsal_examples(5) == replay
+    assert trainer.rng.bit_generator.state == state
+    assert trainer.rehearsal_examples(0) == []
     trainer.state.critic_replay = []
-    assert trainer.rehearsal_datums(3) == []
+    assert trainer.rehearsal_examples(3) == []
 
     # a TD update whose critic fits 2 bootstrapped Datums (the scripted oracle's K draws agree and would fit
     # none) rehearses 2 of the replay's examples in the same optimiser step

@@ -329,11 +329,12 @@ class TempoConfig(_Model):
     warmup_replay: bool = Field(
         default=False,
         description=(
-            "each warm-up update also trains the critic Datums of every earlier warm-up update (Monte Carlo "
-            "regression on the whole warm-up's data, not only the latest batch's: a batch whose episodes were "
-            "all lost no longer pulls every value to 0); kept in the run's critic_replay.jsonl (each example written "
-            "once, its count in the checkpoint), and rehearsed in TD: each TD "
-            "critic step also fits as many of its examples as it has bootstrapped ones. Needs "
+            "keep the warm-up's Monte Carlo critic examples and rehearse them: every critic step also fits as "
+            "many of them (drawn without replacement; all of them while they are fewer) as it has new examples, "
+            "a warm-up step its batch's, a TD step its bootstrapped ones (a batch whose episodes were all lost "
+            "no longer pulls every value to 0, and TD's values stay tied to observed returns; the trained tokens "
+            "grow linearly with the updates); kept in the run's critic_replay.jsonl (each example written once, "
+            "its count in the checkpoint). Needs "
             "sampling.critic_answer = 'expected' (cross-entropy Datums stay valid examples; sampled answers' "
             "policy-gradient Datums do not)"
         ),

@@ -15,6 +15,8 @@
   ``A_n = R_n - mean_n R`` (``tempo.warmup_trains_actor``; with the KL anchor ``kl.coef > 0`` its tokens'
   advantages are penalised as in TD, see :class:`~tempo_rl.training.config.KLConfig`); critic and actor Datums
   in one optimiser step (``tempo.warmup_substeps`` minibatch steps);
+* with ``tempo.warmup_replay`` the critic's examples are kept, and its step also rehearses as many earlier ones
+  (drawn without replacement) as this batch brings;
 * the hand-over gate: the critic's correlation with this batch's Monte Carlo targets, read *before* it trains
   on them (``critic/value_corr``), averaged over the last ``tempo.handover_window`` warm-up updates; TD begins
   once it reaches ``tempo.handover_corr``, or after ``tempo.warmup_updates`` (:func:`handover_reason`);
@@ -569,14 +571,13 @@ class TempoTrainer(MacroStepTrainer):
         for slot, record in zip(slots, critic_records(estimates, targets, t)):
             slot["critic"] = record
         metrics = critic_metrics(estimates, targets)  # before the step: the error of the policy that sampled
-        if (
-            t.warmup_replay and t.train_critic
-        ):  # every earlier warm-up update's critic examples, then this one's
-            replayed = len(self.state.critic_replay)
-            self.state.critic_replay.extend(critic_examples(estimates, targets, 1.0, t))
-            datums = [self.critic_example_datum(e) for e in self.state.critic_replay]
+        if t.warmup_replay and t.train_critic:  # this update's examples and as many earlier ones
+            fresh = critic_examples(estimates, targets, 1.0, t)
+            rehearsed = self.rehearsal_examples(len(fresh))
+            self.state.critic_replay.extend(fresh)
+            datums = [self.critic_example_datum(e) for e in (*rehearsed, *fresh)]
             critic_degenerate = 0.0  # log-loss Datums (the config requires them): no group to degenerate
-            metrics["warmup/replayed_datums"] = float(replayed)
+            metrics["warmup/replayed_datums"] = float(len(rehearsed))
         else:
             datums, critic_degenerate = self.critic_datums_of(estimates, targets, td=False)
         if t.train_actor:
@@ -690,7 +691,7 @@ class TempoTrainer(MacroStepTrainer):
         actor_advantages = correction.apply(batch.advantages, prefix)
         actor, kl_metrics = await self.td_actor_datums(results, batch, actor_advantages, timer)
         critic, critic_degenerate = self.critic_datums_of(start_estimates, targets, td=True)
-        rehearsed = self.rehearsal_datums(len(critic))
+        rehearsed = [self.critic_example_datum(e) for e in self.rehearsal_examples(len(critic))]
         critic.extend(rehearsed)
         new_states = [state for (i, j), state in ends.items() if batch.mask[i, j]]
         metrics = {**critic_metrics(start_estimates, targets), **self.train_step([*actor, *critic], timer)}
@@ -717,14 +718,17 @@ class TempoTrainer(MacroStepTrainer):
         )
         return metrics
 
-    def rehearsal_datums(self, n: int) -> list[Datum]:
-        """``n`` of the warm-up's Monte Carlo critic examples, drawn without replacement: each TD critic step
-        fits as many Monte Carlo examples as bootstrapped ones, so its values stay tied to observed returns."""
+    def rehearsal_examples(self, n: int) -> list[dict[str, Any]]:
+        """``n`` of the replay's Monte Carlo critic examples, drawn without replacement (all of them, in order,
+        when it holds at most ``n``). A critic step fits as many of them as it has new examples: a warm-up step
+        this update's Monte Carlo ones, a TD step its bootstrapped ones. So the critic's values stay tied to
+        every observed return, and the trained tokens grow linearly with the updates, not with their square."""
         replay = self.state.critic_replay
         if n <= 0 or not replay:
             return []
-        picks = self.rng.choice(len(replay), size=min(n, len(replay)), replace=False)
-        return [self.critic_example_datum(replay[int(i)]) for i in picks]
+        if n >= len(replay):
+            return list(replay)
+        return [replay[int(i)] for i in self.rng.choice(len(replay), size=n, replace=False)]
 
     async def value_starts(
         self, starts: Sequence[StartState], batch: TDBatch, timer: UpdateTimer
