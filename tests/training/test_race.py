@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tempo_rl.training.race import difference_se, race_marks, race_table, verdict
+from tempo_rl.training.race import difference_se, race_marks, race_table, verdict, warm_start_threads
 
 
 def _arm(success: list[float], steps: list[int], tokens: list[int], games: int = 32) -> dict:
@@ -46,6 +46,24 @@ def test_the_verdict_compares_the_final_marks() -> None:
         difference_se(0.5, 0, 0.5, 32)
     table = race_table(result).splitlines()
     assert len(table) == 3 and table[2].split() == ["1", "400", "0.50", "1.50", "390", "0.50", "0.90"]
+
+
+def test_the_warm_start_takes_the_threads_of_both_arms_whatever_the_jobs() -> None:
+    from tempo_rl.training.config import configs_for, read_config_file
+    from tempo_rl.training.race import RACE_ALGORITHMS, RACE_CONFIG
+
+    tempo = configs_for(read_config_file(RACE_CONFIG), RACE_ALGORITHMS)["tempo"]
+    assert tempo.backend.num_threads == 1
+    warm = warm_start_threads(tempo)
+    assert warm.backend.num_threads == 2  # 1 thread x 2 algorithms
+    assert warm.model_dump(exclude={"backend"}) == tempo.model_dump(exclude={"backend"})
+    assert warm.backend.model_dump(exclude={"num_threads"}) == tempo.backend.model_dump(
+        exclude={"num_threads"}
+    )
+    three = tempo.model_copy(update={"backend": tempo.backend.model_copy(update={"num_threads": 3})})
+    assert warm_start_threads(three).backend.num_threads == 6
+    automatic = tempo.model_copy(update={"backend": tempo.backend.model_copy(update={"num_threads": None})})
+    assert warm_start_threads(automatic) is automatic  # torch's own choice stays torch's
 
 
 @pytest.mark.slow

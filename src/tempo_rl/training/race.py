@@ -3,7 +3,8 @@
 :func:`race` runs, in ``run_dir``:
 
 1. ``warmstart/``: the supervised warm start of TEMPO's config (its critic's answer-format examples are part of
-   it), saved as a backend state and evaluated (success at 0 env steps);
+   it), saved as a backend state and evaluated (success at 0 env steps). It runs alone, so on a local backend
+   it takes the threads of both arms (:func:`warm_start_threads`);
 2. ``tempo/`` and ``grpo/``: each algorithm's config (one job's, :func:`~tempo_rl.training.config.configs_for`:
    the settings both read are shared, ``[tempo]`` goes to TEMPO and ``[grpo]`` to GRPO), each loaded from that state
    and trained until it has used ``budget_env_steps`` env steps (``cost/env_steps``: every action sent to an env
@@ -34,7 +35,16 @@ from typing import Any
 from tempo_rl.training.config import TrainConfig
 from tempo_rl.training.options import TrainerOptions
 
-__all__ = ["RACE_ALGORITHMS", "RACE_CONFIG", "RACE_OPTIONS", "race", "race_marks", "race_table", "verdict"]
+__all__ = [
+    "RACE_ALGORITHMS",
+    "RACE_CONFIG",
+    "RACE_OPTIONS",
+    "race",
+    "race_marks",
+    "race_table",
+    "verdict",
+    "warm_start_threads",
+]
 
 #: The built-in race's config: the long-horizon KeyDoor corridor on the local backend (``tempo-rl race``).
 RACE_CONFIG = Path(__file__).with_name("race_job.toml")
@@ -111,6 +121,21 @@ def warm_start_state(
     finally:
         close_trainer(trainer)
     return state, float(result["eval/success_rate"])
+
+
+def warm_start_threads(config: TrainConfig) -> TrainConfig:
+    """``config`` for the warm start, which runs before the arms and alone: a local backend with
+    ``num_threads = t`` per arm gets ``t x len(RACE_ALGORITHMS)`` torch threads, every core the arms will share.
+
+    The count does not depend on ``jobs``: float sums split over another number of threads round differently,
+    and the warm start's weights are the same for every race of one config. Other backends, and a local one
+    with automatic threads (``num_threads = None``), are returned as they are."""
+    backend = config.backend
+    threads = getattr(backend, "num_threads", None)
+    if backend.kind != "local" or threads is None:
+        return config
+    shared = backend.model_copy(update={"num_threads": threads * len(RACE_ALGORITHMS)})
+    return config.model_copy(update={"backend": shared})
 
 
 def shared_tokenizer(config: TrainConfig, ws_dir: Path) -> TrainConfig:
@@ -296,7 +321,7 @@ def race(
             f"a race needs a config with algorithm = {', '.join(map(repr, missing))} under that key of configs; "
             "build them with tempo_rl.training.config.configs_for(job, RACE_ALGORITHMS)"
         )
-    warm = configs["tempo"]
+    warm = warm_start_threads(configs["tempo"])
     say(f"warm start on {warm.warmstart.episodes} expert demos (shared by both algorithms)...")
     state, success = warm_start_state(arm_config(warm, run_dir / "warmstart"), run_dir / "warmstart", options)
     arms_config = {name: shared_tokenizer(configs[name], run_dir / "warmstart") for name in RACE_ALGORITHMS}
