@@ -10,8 +10,8 @@
    and trained until it has used ``budget_env_steps`` env steps (``cost/env_steps``: every action sent to an env
    by training, the warm-up's episodes included; evaluation is not counted), evaluated on the same held-out
    games (``run.eval_episodes`` of ``env.eval_*``) at ``marks`` evenly spaced env-step marks; each writes its
-   per-update metrics to its ``metrics.jsonl``. The two run in parallel processes (``jobs``), one torch thread
-   each.
+   per-update metrics to its ``metrics.jsonl``. The two run in parallel processes (``jobs``), each with the
+   backend's ``num_threads``.
 
 The race's record, ``summary.json`` (and :func:`race` returns it): per algorithm the env steps, tokens
 processed (``cost/tokens``: prefill + sampled + trained) and success at each mark and the held-out games each
