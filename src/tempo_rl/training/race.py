@@ -127,7 +127,7 @@ def warm_start_threads(config: TrainConfig) -> TrainConfig:
     """``config`` for the warm start, which runs before the arms and alone: a local backend with
     ``num_threads = t`` per arm gets ``t x len(RACE_ALGORITHMS)`` torch threads, every core the arms will share.
 
-    The count does not depend on ``jobs``: float sums split over another number of threads round differently,
+    The count does not depend on ``jobs``: float sums split over another number of threads may round differently,
     and the warm start's weights are the same for every race of one config. Other backends, and a local one
     with automatic threads (``num_threads = None``), are returned as they are."""
     backend = config.backend
